@@ -1,0 +1,5 @@
+"""chatrag: project wiring (settings, URLs, ASGI, Celery)."""
+
+from .celery import app as celery_app
+
+__all__ = ["celery_app"]

@@ -1,0 +1,13 @@
+"""Celery application; configuration comes from Django settings (CELERY_* names)."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatrag.settings")
+
+app = Celery("chatrag")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

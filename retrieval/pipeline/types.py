@@ -1,0 +1,136 @@
+"""Typed values that flow between the pipeline's steps (no I/O, no Django)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Literal
+
+Role = Literal["user", "assistant"]
+QueryType = Literal["normalize", "expand", "decompose", "multi_query", "hyde", "original"]
+QUERY_TYPES: tuple[QueryType, ...] = (
+    "normalize",
+    "expand",
+    "decompose",
+    "multi_query",
+    "hyde",
+    "original",
+)
+
+
+@dataclass(frozen=True)
+class HistoryMessage:
+    """One earlier message of the conversation (already masked)."""
+
+    role: Role
+    text: str
+
+
+@dataclass(frozen=True)
+class GlossaryEntry:
+    """An admin-edited expansion of a company acronym or slang term."""
+
+    term: str
+    expansion: str
+    area: str | None = None
+
+
+@dataclass(frozen=True)
+class GlossaryHit:
+    """A glossary term found in a text, with where it was found."""
+
+    term: str
+    expansion: str
+    area: str | None = None
+    source: Literal["question", "history"] = "question"
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    """One self-contained search query produced for a turn."""
+
+    text: str
+    type: QueryType
+    area: str | None = None
+    # Relative weight when results of several queries are fused.
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class Clarification:
+    """A question put back to the user when the turn is truly ambiguous."""
+
+    question: str
+    options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LexiconView:
+    """Corpus statistics for the words of one turn, fetched before a pure rewrite.
+
+    Keys are normalised words (lower case, accents stripped). `df` holds how many
+    chunks contain each word the corpus knows; a word absent from `df` is unknown.
+    `corrections` maps unknown words to the closest known word (spelling fix).
+    """
+
+    df: Mapping[str, int] = field(default_factory=dict)
+    n_chunks: int = 0
+    corrections: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RewriteInput:
+    """Everything a rewriter may look at: masked question, masked window, glossary."""
+
+    question: str
+    history: tuple[HistoryMessage, ...] = ()
+    glossary: tuple[GlossaryEntry, ...] = ()
+    max_queries: int = 3
+    max_query_chars: int = 300
+    today: date | None = None
+    language: str | None = None  # "pt", "es", "en" or None when unknown
+
+
+@dataclass
+class RewriteResult:
+    """What a rewriter decided, with enough detail to show and audit it."""
+
+    queries: list[SearchQuery]
+    backend: str
+    needs_clarification: bool = False
+    clarification: Clarification | None = None
+    glossary_hits: list[GlossaryHit] = field(default_factory=list)
+    corrections: dict[str, str] = field(default_factory=dict)
+    model: str | None = None
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+    anomalies: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        """Return a JSON-ready dict (for traces and WebSocket frames)."""
+        return {
+            "backend": self.backend,
+            "model": self.model,
+            "queries": [
+                {"text": q.text, "type": q.type, "area": q.area, "weight": q.weight}
+                for q in self.queries
+            ],
+            "needs_clarification": self.needs_clarification,
+            "clarification": (
+                {
+                    "question": self.clarification.question,
+                    "options": list(self.clarification.options),
+                }
+                if self.clarification
+                else None
+            ),
+            "glossary_hits": [
+                {"term": h.term, "expansion": h.expansion, "area": h.area, "source": h.source}
+                for h in self.glossary_hits
+            ],
+            "corrections": dict(self.corrections),
+            "notes": list(self.notes),
+            "error": self.error,
+            "anomalies": list(self.anomalies),
+        }
