@@ -94,7 +94,9 @@ def _ensure_database(host: str, port: str) -> None:
     import psycopg
     from psycopg import sql
 
-    with psycopg.connect(host=host, port=port, user=DB_USER, dbname="postgres", autocommit=True) as c:
+    with psycopg.connect(
+        host=host, port=port, user=DB_USER, dbname="postgres", autocommit=True
+    ) as c:
         exists = c.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB_NAME]).fetchone()
         if not exists:
             c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB_NAME)))

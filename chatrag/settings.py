@@ -11,6 +11,8 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from retrieval.pipeline.masking import DEFAULT_EMPLOYEE_ID_PATTERN
+
 from .env import env_bool, env_choice, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -183,9 +185,8 @@ CHATRAG_REWRITE_TIMEOUT = env_float("CHATRAG_REWRITE_TIMEOUT", 8.0, minimum=0.1)
 CHATRAG_REWRITE_WINDOW = env_int("CHATRAG_REWRITE_WINDOW", 6, minimum=0)
 CHATRAG_REWRITE_MAX_QUERIES = env_int("CHATRAG_REWRITE_MAX_QUERIES", 3, minimum=1)
 CHATRAG_REWRITE_MAX_QUERY_CHARS = env_int("CHATRAG_REWRITE_MAX_QUERY_CHARS", 300, minimum=20)
-CHATRAG_EMPLOYEE_ID_PATTERN = env_str(
-    "CHATRAG_EMPLOYEE_ID_PATTERN", r"\b(?:MAT|mat|matr[ií]cula)[\s:#-]*\d{4,8}\b"
-)
+# Employee registration numbers to mask (regex); empty means the default pattern.
+CHATRAG_EMPLOYEE_ID_PATTERN = env_str("CHATRAG_EMPLOYEE_ID_PATTERN") or DEFAULT_EMPLOYEE_ID_PATTERN
 
 # Hybrid search (reciprocal-rank fusion of a vector leg and a full-text leg).
 CHATRAG_SEARCH_VECTOR_WEIGHT = env_float("CHATRAG_SEARCH_VECTOR_WEIGHT", 1.0, minimum=0)
@@ -208,4 +209,6 @@ CHATRAG_RATE_LIMIT_PER_MINUTE = env_int("CHATRAG_RATE_LIMIT_PER_MINUTE", 20, min
 CHATRAG_MAX_UPLOAD_MB = env_int("CHATRAG_MAX_UPLOAD_MB", 20, minimum=1)
 CHATRAG_CHUNK_CHARS = env_int("CHATRAG_CHUNK_CHARS", 1200, minimum=200)
 CHATRAG_CHUNK_OVERLAP = env_int("CHATRAG_CHUNK_OVERLAP", 150, minimum=0)
+# Language assumed for a document whose language cannot be told from its text.
+CHATRAG_DEFAULT_LANGUAGE = env_choice("CHATRAG_DEFAULT_LANGUAGE", "pt", {"pt", "es", "en"})
 CHATRAG_DEMO_KB = Path(env_str("CHATRAG_DEMO_KB", str(BASE_DIR / "demo" / "kb")))

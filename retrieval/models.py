@@ -146,6 +146,9 @@ class VocabularyTerm(models.Model):
             )
         ]
 
+    def __str__(self) -> str:
+        return f"{self.word} ({self.df})"
+
 
 class IngestionJob(models.Model):
     """Progress of one ingestion run (command or upload task)."""

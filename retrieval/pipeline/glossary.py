@@ -1,0 +1,168 @@
+"""Find company acronyms and slang in a text and expand them (pure, no I/O).
+
+Matching is on whole words, ignoring case and accents: the term "VR" matches "vr", "Vr."
+and "VR", "13º" matches "13o", "home office" matches "home-office", and "home" never
+matches inside "homem". Hyphens count as spaces so both spellings of a compound match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from retrieval.pipeline.text import Token, normalize, token_spans
+from retrieval.pipeline.types import GlossaryEntry, GlossaryHit
+
+
+@dataclass(frozen=True)
+class _Match:
+    first: int  # index of the first word in the text's word list
+    last: int  # index of the last word (inclusive)
+    start: int  # character span in the text
+    end: int
+    entry: GlossaryEntry
+
+
+def _words_with_spans(text: str) -> list[Token]:
+    """Split tokens on hyphens so "home-office" and "home office" give the same words."""
+    words: list[Token] = []
+    for token in token_spans(text):
+        if "-" not in token.text:
+            words.append(token)
+            continue
+        offset = token.start
+        for part in token.text.split("-"):
+            if part:
+                words.append(Token(part, normalize(part), offset, offset + len(part)))
+            offset += len(part) + 1
+    return words
+
+
+def _term_words(term: str) -> tuple[str, ...]:
+    return tuple(w.norm for w in _words_with_spans(term))
+
+
+def _find_matches(text: str, entries: Iterable[GlossaryEntry]) -> list[_Match]:
+    """Return non-overlapping matches, preferring the longest, then the leftmost."""
+    words = _words_with_spans(text)
+    norms = [w.norm for w in words]
+    candidates: list[_Match] = []
+    for entry in entries:
+        pattern = _term_words(entry.term)
+        size = len(pattern)
+        if not size:
+            continue
+        for i in range(len(norms) - size + 1):
+            if tuple(norms[i : i + size]) == pattern:
+                last = i + size - 1
+                candidates.append(_Match(i, last, words[i].start, words[last].end, entry))
+    candidates.sort(key=lambda m: (-(m.last - m.first), m.first))
+    taken: set[int] = set()
+    chosen: list[_Match] = []
+    for match in candidates:
+        span = set(range(match.first, match.last + 1))
+        if span & taken:
+            continue
+        taken |= span
+        chosen.append(match)
+    chosen.sort(key=lambda m: m.first)
+    return chosen
+
+
+def find_glossary_hits(
+    text: str,
+    entries: Sequence[GlossaryEntry],
+    source: Literal["question", "history"] = "question",
+) -> list[GlossaryHit]:
+    """Return the glossary terms found in `text`, in order of appearance, without repeats."""
+    hits: list[GlossaryHit] = []
+    seen: set[tuple[tuple[str, ...], str]] = set()
+    for match in _find_matches(text, entries):
+        entry = match.entry
+        key = (_term_words(entry.term), normalize(entry.expansion))
+        if key in seen:
+            continue
+        seen.add(key)
+        hits.append(GlossaryHit(entry.term, entry.expansion, entry.area, source))
+    return hits
+
+
+def _contains_phrase(text: str, phrase: str) -> bool:
+    """Tell whether the words of `phrase` occur in `text` as a run of whole words."""
+    haystack = [w.norm for w in _words_with_spans(text)]
+    needle = [w.norm for w in _words_with_spans(phrase)]
+    if not needle:
+        return True
+    size = len(needle)
+    return any(haystack[i : i + size] == needle for i in range(len(haystack) - size + 1))
+
+
+def expand_with_glossary(text: str, hits: Sequence[GlossaryHit]) -> str:
+    """Insert each hit's expansion in brackets after the first occurrence of its term.
+
+    An expansion already present in the text ("VR (vale-refeição)", or the user spelled
+    it out) is not added again.
+    """
+    entries = [GlossaryEntry(h.term, h.expansion, h.area) for h in hits]
+    insertions: list[tuple[int, str]] = []
+    done: set[str] = set()
+    for match in _find_matches(text, entries):
+        expansion = match.entry.expansion.strip()
+        key = normalize(expansion)
+        if not expansion or key in done or _contains_phrase(text, expansion):
+            continue
+        done.add(key)
+        insertions.append((match.end, f" ({expansion})"))
+    for position, insert in sorted(insertions, reverse=True):
+        text = text[:position] + insert + text[position:]
+    return text
+
+
+def _entry_from_object(item: object, index: int) -> GlossaryEntry | None:
+    if not isinstance(item, dict):
+        raise ValueError(f"glossary item {index} must be an object, got {type(item).__name__}")
+    term, expansion = item.get("term"), item.get("expansion")
+    area, active = item.get("area"), item.get("active", True)
+    if not isinstance(term, str) or not term.strip():
+        raise ValueError(f"glossary item {index}: 'term' must be a non-empty string")
+    if not isinstance(expansion, str) or not expansion.strip():
+        raise ValueError(
+            f"glossary item {index} ({term!r}): 'expansion' must be a non-empty string"
+        )
+    if area is not None and not isinstance(area, str):
+        raise ValueError(f"glossary item {index} ({term!r}): 'area' must be a string or null")
+    if not isinstance(active, bool):
+        raise ValueError(f"glossary item {index} ({term!r}): 'active' must be true or false")
+    if not active:
+        return None
+    return GlossaryEntry(term.strip(), expansion.strip(), area.strip() if area else None)
+
+
+def parse_glossary_json(data: object) -> list[GlossaryEntry]:
+    """Read a glossary from `{"TERM": "expansion"}` or `[{"term", "expansion", ...}]`.
+
+    List items may carry "area" and "active"; inactive ones are skipped.
+    Raise ValueError naming the offending item on bad input.
+    """
+    if isinstance(data, dict):
+        entries: list[GlossaryEntry] = []
+        for term, expansion in data.items():
+            if not isinstance(term, str) or not term.strip():
+                raise ValueError(f"glossary term {term!r} must be a non-empty string")
+            if not isinstance(expansion, str) or not expansion.strip():
+                raise ValueError(f"glossary term {term!r}: expansion must be a non-empty string")
+            entries.append(GlossaryEntry(term.strip(), expansion.strip()))
+        return entries
+    if isinstance(data, list):
+        parsed = (_entry_from_object(item, i) for i, item in enumerate(data))
+        return [entry for entry in parsed if entry is not None]
+    raise ValueError(
+        "glossary must be an object {term: expansion} or a list of "
+        f"{{term, expansion, area?, active?}} objects, got {type(data).__name__}"
+    )
+
+
+def glossary_to_json(entries: Iterable[GlossaryEntry]) -> list[dict[str, str | None]]:
+    """Return the list form that `parse_glossary_json` reads back."""
+    return [{"term": e.term, "expansion": e.expansion, "area": e.area} for e in entries]

@@ -1,0 +1,202 @@
+"""Small text utilities shared by the pipeline: normalising, tokenising, language guessing.
+
+Pure functions, no I/O. Words are compared in their normalised form (NFKD, accents
+stripped, case-folded), so "Férias", "ferias" and "FÉRIAS" are one word and "13º" is "13o".
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Literal
+
+Language = Literal["pt", "es", "en"]
+LANGUAGES: tuple[Language, ...] = ("pt", "es", "en")
+
+# A word: letters/digits (º and ª count as letters), joined by inner hyphens or apostrophes
+# ("e-mail", "home-office", "d'água"); a number keeps its inner separators ("1.500,00");
+# a masking placeholder such as "[EMAIL_1]" is one token.
+_TOKEN_RE = re.compile(
+    r"\[[A-Z][A-Z_]*_\d+\]"
+    r"|\d+(?:[.,/]\d+)+"
+    r"|[^\W_]+°?(?:[-'’][^\W_]+)*",
+)
+_PLACEHOLDER_RE = re.compile(r"^\[[A-Z][A-Z_]*_\d+\]$")
+_POSSESSIVE_RE = re.compile(r"['’]s$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Token:
+    """A word of a text: its surface form, normalised form and character span."""
+
+    text: str
+    norm: str
+    start: int
+    end: int
+
+
+def normalize(s: str) -> str:
+    """Return `s` decomposed (NFKD), without accents, case-folded."""
+    # "°" is a common stand-in for "º" (13° salário).
+    decomposed = unicodedata.normalize("NFKD", s.replace("°", "º"))
+    stripped = "".join(c for c in decomposed if not unicodedata.combining(c))
+    return stripped.casefold()
+
+
+def is_placeholder(token: str) -> bool:
+    """Tell whether `token` is a masking placeholder such as "[EMAIL_1]"."""
+    return bool(_PLACEHOLDER_RE.match(token))
+
+
+def token_spans(s: str) -> list[Token]:
+    """Return the word tokens of `s` with their spans (English possessive "'s" dropped)."""
+    tokens: list[Token] = []
+    for match in _TOKEN_RE.finditer(s):
+        surface = match.group()
+        end = match.end()
+        if not is_placeholder(surface):
+            possessive = _POSSESSIVE_RE.search(surface)
+            if possessive and possessive.start() > 0:
+                surface = surface[: possessive.start()]
+                end = match.start() + len(surface)
+        norm = surface if is_placeholder(surface) else normalize(surface).replace("’", "'")
+        tokens.append(Token(surface, norm, match.start(), end))
+    return tokens
+
+
+def tokenize(s: str) -> list[str]:
+    """Return the word tokens of `s` in their surface form ("13º", "e-mail", "VR")."""
+    return [t.text for t in token_spans(s)]
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(normalize(text).split())
+
+
+_COMMON_PT = """
+a ao aos as à às o os um uma uns umas de do da dos das no na nos nas num numa em
+por pelo pela pelos pelas para pra pro pras pros com sem sob sobre entre ate desde apos
+contra e ou mas nem que se porque pois como quando onde enquanto embora caso entao logo
+ja ainda tambem so apenas mais menos muito muita muitos muitas pouco pouca bem mal
+nao sim eu tu ele ela nos vos eles elas voce voces me te lhe nos lhes meu minha meus
+minhas teu tua seu sua seus suas nosso nossa nossos nossas dele dela deles delas
+isso isto aquilo esse essa esses essas este esta estes estas aquele aquela aqueles
+aquelas disso disto daquilo nisso nisto desse dessa deste desta nesse nessa neste nesta
+naquele daquele mesmo mesma mesmos mesmas outro outra outros outras todo toda todos
+todas algum alguma alguns algumas nenhum nenhuma cada qualquer quaisquer
+e sou somos sao era eram foi foram ser sendo sido estar estou esta estamos estao estava
+estiveram ter tenho tem temos tinha teve tido haver ha havia houve vai vou vamos ir
+fazer faco faz fazem feito fiz pode podem posso podemos poderia poderiam
+deve devem devo preciso precisa precisamos dar da dou
+"""
+_FILLER_PT = """
+qual quais quanto quanta quantos quantas quem cujo cuja oque porque
+funciona funcionam funcionamento regra regras quero queria gostaria saber sabe
+diga diz dizer explica explique explicar informa informe informar ajuda ajude ajudar
+favor obrigado obrigada oi ola bom boa tudo certo ok entendi entao beleza
+existe existem algo alguem coisa coisas caso exemplo tipo forma maneira jeito
+acontece acontecer aplica aplicam mim
+"""
+_COMMON_ES = """
+a al de del la las el los lo un una unos unas en por para con sin sobre entre hasta
+desde tras contra y ni pero sino que si porque pues como cuando donde mientras
+aunque entonces ya aun tambien solo mas menos muy mucho mucha muchos muchas poco poca
+bien mal no si yo tu el ella nosotros nosotras vosotros ellos ellas usted ustedes me te
+se le nos les mi mis tu tus su sus nuestro nuestra nuestros nuestras
+eso esto aquello ese esa esos esas este esta estos estas aquel aquella aquellos
+aquellas mismo misma mismos mismas otro otra otros otras todo toda todos todas
+algun alguno alguna algunos algunas ningun ninguno ninguna cada cualquier
+es soy somos son era eran fue fueron ser siendo sido estar estoy esta estamos estan
+estaba tener tengo tiene tienen tenemos tenia tuvo haber hay habia he ha han va voy
+vamos ir hacer hago hace hacen hecho puede pueden puedo podemos podria podrian
+debo debe deben necesito necesita dar doy da
+"""
+_FILLER_ES = """
+cual cuales cuanto cuanta cuantos cuantas quien quienes funciona funcionan
+funcionamiento regla reglas quiero quisiera gustaria saber sabe dime digame decir
+explica explicame explicar informa informar ayuda ayudame ayudar favor gracias hola
+bueno buena ok entiendo existe existen algo alguien cosa cosas caso ejemplo tipo
+forma manera pasa pasar sucede aplica aplican mi
+"""
+_COMMON_EN = """
+a an the of to in on at by for with without from into onto about over under between
+through during before after above below up down out off than and or but nor so if
+because as when where while whether then there here also only just very too more most
+less least much many few some any all each every both either neither no not yes
+i you he she it we they me him her us them my your his its our their mine yours
+this that these those what which who whom whose how why
+is am are was were be been being do does did doing done have has had having
+will would shall should can could may might must let lets
+i'm i've i'd i'll you're you've it's that's there's what's isn't aren't wasn't
+weren't don't doesn't didn't can't cannot couldn't won't wouldn't shouldn't
+own same other such again further once ever
+"""
+_FILLER_EN = """
+tell please know want like need explain show give say help thanks thank hi hello
+hey ok okay great sure really anything something thing things way kind sort get got
+happens happen work works mean meant one ones
+"""
+
+STOPWORDS: dict[str, frozenset[str]] = {
+    "pt": _words(_COMMON_PT) | _words(_FILLER_PT),
+    "es": _words(_COMMON_ES) | _words(_FILLER_ES),
+    "en": _words(_COMMON_EN) | _words(_FILLER_EN),
+}
+ALL_STOPWORDS: frozenset[str] = frozenset().union(*STOPWORDS.values())
+
+# Words that belong to one language's list only are evidence for that language.
+_MARKERS: dict[str, frozenset[str]] = {
+    lang: words - frozenset().union(*(STOPWORDS[o] for o in LANGUAGES if o != lang))
+    for lang, words in STOPWORDS.items()
+}
+_PT_CHARS = frozenset("ãõçâêô")
+_ES_CHARS = frozenset("ñ¿¡")
+_PT_SUFFIXES = ("cao", "coes")
+_ES_SUFFIXES = ("cion", "ciones")
+
+
+def stopwords_for(lang: str | None) -> frozenset[str]:
+    """Return the stopwords of `lang`, or of all three languages when it is unknown."""
+    if lang in STOPWORDS:
+        return STOPWORDS[lang]
+    return ALL_STOPWORDS
+
+
+def detect_language(s: str) -> Language | None:
+    """Guess pt, es or en from stopwords, diacritics and suffixes; None when unsure."""
+    scores: dict[Language, float] = dict.fromkeys(LANGUAGES, 0.0)
+    lowered = s.casefold()
+    scores["pt"] += 2 * sum(c in _PT_CHARS for c in lowered)
+    scores["es"] += 2 * sum(c in _ES_CHARS for c in lowered)
+    for token in token_spans(s):
+        for lang in LANGUAGES:
+            if token.norm in _MARKERS[lang]:
+                scores[lang] += 1
+        if len(token.norm) > 5:
+            scores["pt"] += token.norm.endswith(_PT_SUFFIXES)
+            scores["es"] += token.norm.endswith(_ES_SUFFIXES)
+    ranked = sorted(scores.items(), key=lambda item: item[1], reverse=True)
+    (best, top), (_, second) = ranked[0], ranked[1]
+    if top < 1 or top == second:
+        return None
+    return best
+
+
+def is_content_word(norm: str, stopwords: frozenset[str]) -> bool:
+    """Tell whether a normalised token carries meaning for search."""
+    if norm in stopwords or is_placeholder(norm):
+        return False
+    if len(norm) < 2 and not norm.isdigit():
+        return False
+    return any(c.isalnum() for c in norm)
+
+
+def content_terms(s: str, lang: str | None = None) -> list[str]:
+    """Return the normalised tokens of `s` that are not stopwords, in order.
+
+    With no `lang`, the language is detected; when that fails, the stopwords of all three
+    languages are removed.
+    """
+    stopwords = stopwords_for(lang if lang in STOPWORDS else detect_language(s))
+    return [t.norm for t in token_spans(s) if is_content_word(t.norm, stopwords)]
