@@ -1,0 +1,471 @@
+"""Chat model backends (Ollama, OpenAI-compatible, scripted fake) behind one small Protocol.
+
+Decisions:
+- One `httpx.AsyncClient` per backend instance, reused across calls; a client passed in is
+  borrowed and never closed by us.
+- Message contents are never logged, not even at debug level: they hold user questions.
+- `complete_json` enforces `timeout` as a deadline for the whole call; `stream` applies it to
+  connecting and to each wait for the next chunk, since a long answer may legitimately take
+  longer than any single gap between deltas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from contextlib import aclosing, contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, Self
+
+import httpx
+
+logger = logging.getLogger(__name__)
+
+# How much of an error body may go into an exception message (it is shown in traces).
+_ERROR_DETAIL_CHARS = 200
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One message sent to a chat model."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class ChatModel(Protocol):
+    """What the pipeline needs from a chat model."""
+
+    name: str
+
+    async def complete_json(
+        self,
+        messages: Sequence[ChatMessage],
+        schema: dict[str, Any],
+        *,
+        timeout: float,  # noqa: ASYNC109 - part of the protocol; enforced as a deadline
+    ) -> str:
+        """Return the raw text of a reply constrained to `schema` (the caller parses it)."""
+        ...
+
+    def stream(self, messages: Sequence[ChatMessage], *, timeout: float) -> AsyncIterator[str]:
+        """Yield the text deltas of a free-text reply."""
+        ...
+
+
+class LLMError(Exception):
+    """A chat model call failed."""
+
+
+class LLMTimeout(LLMError):
+    """A chat model call took longer than its timeout."""
+
+    def __init__(self, timeout: float, backend: str = "llm") -> None:
+        super().__init__(f"{backend} timed out after {timeout:.1f}s")
+        self.timeout = timeout
+
+
+class LLMHTTPError(LLMError):
+    """A chat model server answered with a non-2xx status."""
+
+    def __init__(self, status: int, detail: str = "", backend: str = "llm") -> None:
+        message = f"{backend} answered http {status}"
+        if detail:
+            message += f": {detail}"
+        super().__init__(message)
+        self.status = status
+        self.detail = detail
+
+
+class LLMProtocolError(LLMError):
+    """A chat model server answered something that does not follow its protocol."""
+
+
+def _messages_payload(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
+    return [{"role": m.role, "content": m.content} for m in messages]
+
+
+def _error_detail(body: bytes) -> str:
+    """Extract a short error message from an error body (JSON `error` or plain text)."""
+    text = body.decode("utf-8", errors="replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        err = data.get("error", data.get("detail", data.get("message")))
+        if isinstance(err, dict):
+            err = err.get("message", err)
+        if err is not None:
+            text = err if isinstance(err, str) else json.dumps(err)
+    text = " ".join(text.split())
+    if len(text) > _ERROR_DETAIL_CHARS:
+        text = text[:_ERROR_DETAIL_CHARS] + "..."
+    return text
+
+
+class _HTTPBackend:
+    """Shared plumbing: client ownership, headers, error mapping."""
+
+    backend = "llm"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.name = model
+        self._api_key = api_key
+        self._owns_client = client is None
+        self._client = client if client is not None else httpx.AsyncClient()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this backend created it."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    @contextmanager
+    def _mapped_errors(self, url: str, timeout: float) -> Iterator[None]:
+        """Turn httpx and deadline errors into LLMError subclasses."""
+        try:
+            yield
+        except (httpx.TimeoutException, TimeoutError) as exc:
+            raise LLMTimeout(timeout, self.backend) from exc
+        except httpx.ConnectError as exc:
+            raise LLMError(
+                f"cannot connect to {self.backend} at {url} (is it running?): {exc}"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise LLMError(f"{self.backend} request to {url} failed: {exc!r}") from exc
+
+    async def _post_json(self, url: str, payload: dict[str, Any], seconds: float) -> httpx.Response:
+        """POST `payload` within `seconds` and return the response, whatever its status."""
+        started = time.monotonic()
+        with self._mapped_errors(url, seconds):
+            async with asyncio.timeout(seconds):
+                response = await self._client.post(
+                    url, json=payload, headers=self._headers(), timeout=seconds
+                )
+        logger.debug(
+            "%s POST %s model=%s status=%s bytes=%d elapsed=%.2fs",
+            self.backend,
+            url,
+            self.model,
+            response.status_code,
+            len(response.content),
+            time.monotonic() - started,
+        )
+        return response
+
+    def _raise_for_status(self, response: httpx.Response) -> None:
+        if not response.is_success:
+            raise LLMHTTPError(response.status_code, _error_detail(response.content), self.backend)
+
+    def _json_body(self, response: httpx.Response) -> dict[str, Any]:
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise LLMProtocolError(f"{self.backend} answered a body that is not JSON") from exc
+        if not isinstance(data, dict):
+            raise LLMProtocolError(f"{self.backend} answered JSON that is not an object")
+        return data
+
+    async def _stream_lines(
+        self, url: str, payload: dict[str, Any], seconds: float
+    ) -> AsyncGenerator[str, None]:
+        """POST `payload` and yield the body line by line (`seconds` bounds each wait)."""
+        with self._mapped_errors(url, seconds):
+            async with self._client.stream(
+                "POST", url, json=payload, headers=self._headers(), timeout=seconds
+            ) as response:
+                if not response.is_success:
+                    body = await response.aread()
+                    raise LLMHTTPError(response.status_code, _error_detail(body), self.backend)
+                async for line in response.aiter_lines():
+                    yield line
+
+
+class OllamaChat(_HTTPBackend):
+    """Ollama's native `/api/chat` endpoint."""
+
+    backend = "ollama"
+
+    @property
+    def _url(self) -> str:
+        return f"{self.base_url}/api/chat"
+
+    async def complete_json(
+        self,
+        messages: Sequence[ChatMessage],
+        schema: dict[str, Any],
+        *,
+        timeout: float,  # noqa: ASYNC109 - part of the protocol; enforced as a deadline
+    ) -> str:
+        """Return the raw text of a reply constrained to `schema`."""
+        payload = {
+            "model": self.model,
+            "messages": _messages_payload(messages),
+            "stream": False,
+            "format": schema,
+            "options": {"temperature": 0},
+        }
+        response = await self._post_json(self._url, payload, timeout)
+        self._raise_for_status(response)
+        data = self._json_body(response)
+        if "error" in data:
+            raise LLMProtocolError(f"ollama error: {_error_detail(response.content)}")
+        message = data.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, str):
+            raise LLMProtocolError("ollama reply has no message.content string")
+        return content
+
+    async def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        timeout: float,  # noqa: ASYNC109 - part of the protocol; bounds each wait
+    ) -> AsyncIterator[str]:
+        """Yield the text deltas of a reply, parsed from Ollama's NDJSON stream."""
+        payload = {
+            "model": self.model,
+            "messages": _messages_payload(messages),
+            "stream": True,
+            "options": {"temperature": 0},
+        }
+        # aclosing: returning at `done` must close the HTTP response now, not at GC.
+        async with aclosing(self._stream_lines(self._url, payload, timeout)) as lines:
+            async for line in lines:
+                if not line.strip():
+                    continue
+                try:
+                    chunk = json.loads(line)
+                except ValueError as exc:
+                    raise LLMProtocolError("ollama stream line is not JSON") from exc
+                if not isinstance(chunk, dict):
+                    raise LLMProtocolError("ollama stream line is not a JSON object")
+                if "error" in chunk:
+                    detail = _error_detail(json.dumps(chunk).encode())
+                    raise LLMProtocolError(f"ollama stream error: {detail}")
+                message = chunk.get("message")
+                content = message.get("content") if isinstance(message, dict) else None
+                if isinstance(content, str) and content:
+                    yield content
+                if chunk.get("done") is True:
+                    return
+        raise LLMProtocolError("ollama stream ended before done")
+
+
+class OpenAIChat(_HTTPBackend):
+    """OpenAI-compatible `/v1/chat/completions` (vLLM, llama.cpp server, LM Studio, OpenAI)."""
+
+    backend = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        super().__init__(base_url, model, api_key, client)
+        # Flipped for good once the server refuses `json_schema` and accepts `json_object`.
+        self.use_json_object = False
+
+    @property
+    def _url(self) -> str:
+        if self.base_url.endswith("/v1"):
+            return f"{self.base_url}/chat/completions"
+        return f"{self.base_url}/v1/chat/completions"
+
+    @staticmethod
+    def _response_format(schema: dict[str, Any], json_object: bool) -> dict[str, Any]:
+        if json_object:
+            # llama.cpp and vLLM read `schema` here; OpenAI ignores it and just forces JSON.
+            return {"type": "json_object", "schema": schema}
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": "rewrite", "schema": schema, "strict": True},
+        }
+
+    @staticmethod
+    def _refuses_json_schema(response: httpx.Response) -> bool:
+        if response.status_code in (400, 422):
+            return True
+        if response.is_success:
+            return False
+        body = response.content.decode("utf-8", errors="replace").lower()
+        return "response_format" in body or "json_schema" in body
+
+    async def complete_json(
+        self,
+        messages: Sequence[ChatMessage],
+        schema: dict[str, Any],
+        *,
+        timeout: float,  # noqa: ASYNC109 - part of the protocol; enforced as a deadline
+    ) -> str:
+        """Return the raw text of a reply constrained to `schema`.
+
+        Falls back once to `json_object` when the server refuses `json_schema`, and keeps
+        using it afterwards so that later calls cost one request.
+        """
+        deadline = time.monotonic() + timeout
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": _messages_payload(messages),
+            "temperature": 0,
+            "stream": False,
+            "response_format": self._response_format(schema, self.use_json_object),
+        }
+        response = await self._post_json(self._url, payload, timeout)
+        if not self.use_json_object and self._refuses_json_schema(response):
+            logger.info(
+                "%s refused response_format json_schema (http %s); retrying with json_object",
+                self.backend,
+                response.status_code,
+            )
+            payload["response_format"] = self._response_format(schema, True)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise LLMTimeout(timeout, self.backend)
+            response = await self._post_json(self._url, payload, remaining)
+            if response.is_success:
+                self.use_json_object = True
+        self._raise_for_status(response)
+        data = self._json_body(response)
+        try:
+            content = data["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise LLMProtocolError("openai reply has no choices[0].message.content") from exc
+        if not isinstance(content, str):
+            raise LLMProtocolError("openai reply content is not a string")
+        return content
+
+    async def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        timeout: float,  # noqa: ASYNC109 - part of the protocol; bounds each wait
+    ) -> AsyncIterator[str]:
+        """Yield the text deltas of a reply, parsed from the SSE stream."""
+        payload = {
+            "model": self.model,
+            "messages": _messages_payload(messages),
+            "temperature": 0,
+            "stream": True,
+        }
+        finished = False
+        async with aclosing(self._stream_lines(self._url, payload, timeout)) as lines:
+            async for line in lines:
+                if not line.startswith("data:"):
+                    continue  # blank separators, `event:` and `:` comment lines
+                data = line[len("data:") :].strip()
+                if data == "[DONE]":
+                    return
+                try:
+                    event = json.loads(data)
+                except ValueError as exc:
+                    raise LLMProtocolError("openai stream event is not JSON") from exc
+                if not isinstance(event, dict):
+                    raise LLMProtocolError("openai stream event is not a JSON object")
+                if "error" in event:
+                    detail = _error_detail(json.dumps(event).encode())
+                    raise LLMProtocolError(f"openai stream error: {detail}")
+                choices = event.get("choices")
+                if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+                    continue  # e.g. a final usage-only event
+                delta = choices[0].get("delta")
+                content = delta.get("content") if isinstance(delta, dict) else None
+                if isinstance(content, str) and content:
+                    yield content
+                if choices[0].get("finish_reason"):
+                    finished = True
+        # Some older servers close the stream after the finish_reason without [DONE].
+        if not finished:
+            raise LLMProtocolError("openai stream ended before [DONE]")
+
+
+@dataclass(frozen=True)
+class FakeCall:
+    """One call recorded by FakeChat."""
+
+    kind: Literal["complete_json", "stream"]
+    messages: tuple[ChatMessage, ...]
+    schema: dict[str, Any] | None
+    timeout: float
+
+
+class FakeChatExhausted(AssertionError):
+    """FakeChat was called more times than it was scripted for."""
+
+
+class FakeChat:
+    """A deterministic chat model for tests and demos: replays scripted replies in order.
+
+    `replies` feed `complete_json`, `streams` (one list of chunks per call) feed `stream`;
+    a scripted item that is an exception instance is raised instead. Running out of script
+    raises FakeChatExhausted, so an unexpected call fails loudly.
+    """
+
+    def __init__(
+        self,
+        replies: Sequence[str | BaseException] = (),
+        streams: Sequence[Sequence[str] | BaseException] = (),
+        *,
+        name: str = "fake",
+    ) -> None:
+        self.name = name
+        self.replies: list[str | BaseException] = list(replies)
+        self.streams: list[Sequence[str] | BaseException] = list(streams)
+        self.calls: list[FakeCall] = []
+
+    async def complete_json(
+        self,
+        messages: Sequence[ChatMessage],
+        schema: dict[str, Any],
+        *,
+        timeout: float,  # noqa: ASYNC109 - part of the protocol
+    ) -> str:
+        """Return the next scripted reply."""
+        self.calls.append(FakeCall("complete_json", tuple(messages), schema, timeout))
+        if not self.replies:
+            raise FakeChatExhausted("FakeChat.complete_json called with no scripted reply left")
+        reply = self.replies.pop(0)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    async def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        timeout: float,  # noqa: ASYNC109 - part of the protocol; bounds each wait
+    ) -> AsyncIterator[str]:
+        """Yield the chunks of the next scripted stream."""
+        self.calls.append(FakeCall("stream", tuple(messages), None, timeout))
+        if not self.streams:
+            raise FakeChatExhausted("FakeChat.stream called with no scripted stream left")
+        script = self.streams.pop(0)
+        if isinstance(script, BaseException):
+            raise script
+        for chunk in script:
+            yield chunk
