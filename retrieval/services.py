@@ -1,0 +1,179 @@
+"""Django glue for the pipeline: settings-driven backends, the reader's scope, vocabulary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import connection
+from django.utils.module_loading import import_string
+from psycopg.conninfo import make_conninfo
+
+from retrieval.models import Collection, GlossaryEntry
+from retrieval.pipeline.fusion import FusionStrategy
+from retrieval.pipeline.llm import ChatModel
+from retrieval.pipeline.masking import MaskingConfig
+from retrieval.pipeline.retrieve import RetrievalSettings, RewriteMode
+from retrieval.pipeline.search import Scope, SearchEngine, SearchParams, get_engine
+from retrieval.pipeline.types import GlossaryEntry as GlossaryValue
+from retrieval.pipeline.types import LexiconView
+
+
+def database_conninfo() -> str:
+    """A libpq conninfo for the database Django uses now (the test database in tests)."""
+    db = connection.settings_dict
+    parts: dict[str, Any] = {
+        "dbname": db["NAME"],
+        "user": db.get("USER") or None,
+        "password": db.get("PASSWORD") or None,
+        "host": db.get("HOST") or None,
+        "port": str(db["PORT"]) if db.get("PORT") else None,
+    }
+    return make_conninfo("", **{k: v for k, v in parts.items() if v})
+
+
+def search_engine() -> SearchEngine:
+    """The process-wide search engine for the current database."""
+    return get_engine(
+        database_conninfo(),
+        pool_size=settings.CHATRAG_SEARCH_POOL_SIZE,
+        hnsw_ef_search=settings.CHATRAG_SEARCH_HNSW_EF,
+    )
+
+
+def search_params() -> SearchParams:
+    return SearchParams(
+        vector_weight=settings.CHATRAG_SEARCH_VECTOR_WEIGHT,
+        text_weight=settings.CHATRAG_SEARCH_TEXT_WEIGHT,
+        rrf_k=settings.CHATRAG_SEARCH_RRF_K,
+        vector_candidates=settings.CHATRAG_SEARCH_VECTOR_CANDIDATES,
+        text_candidates=settings.CHATRAG_SEARCH_TEXT_CANDIDATES,
+        limit=max(20, settings.CHATRAG_SEARCH_PASSAGES * 3),
+    )
+
+
+def retrieval_settings(*, mode: RewriteMode | None = None) -> RetrievalSettings:
+    """Pipeline knobs from settings; the rewrite mode defaults to llm when a model is set."""
+    if mode is None:
+        mode = "llm" if settings.CHATRAG_LLM_BACKEND else "rules"
+    fusion: FusionStrategy = "max" if settings.CHATRAG_SEARCH_FUSION == "max" else "rrf"
+    return RetrievalSettings(
+        mode=mode,
+        window=settings.CHATRAG_REWRITE_WINDOW,
+        max_queries=settings.CHATRAG_REWRITE_MAX_QUERIES,
+        max_query_chars=settings.CHATRAG_REWRITE_MAX_QUERY_CHARS,
+        original_weight=settings.CHATRAG_SEARCH_ORIGINAL_WEIGHT,
+        fusion=fusion,
+        rrf_k=settings.CHATRAG_SEARCH_RRF_K,
+        passages=settings.CHATRAG_SEARCH_PASSAGES,
+        max_per_document=settings.CHATRAG_SEARCH_MAX_PER_DOCUMENT,
+        rewrite_timeout=settings.CHATRAG_REWRITE_TIMEOUT,
+        masking=MaskingConfig(employee_id_pattern=settings.CHATRAG_EMPLOYEE_ID_PATTERN or None),
+        search=search_params(),
+    )
+
+
+@lru_cache(maxsize=1)
+def _chat_model(path: str, url: str, model: str, api_key: str) -> ChatModel:
+    cls = import_string(path)
+    instance: ChatModel = cls(base_url=url, model=model, api_key=api_key or None)
+    return instance
+
+
+def chat_model() -> ChatModel | None:
+    """The configured chat model, or None when no model server is configured."""
+    if not settings.CHATRAG_LLM_BACKEND:
+        return None
+    return _chat_model(
+        settings.CHATRAG_LLM_BACKEND,
+        settings.CHATRAG_LLM_URL,
+        settings.CHATRAG_LLM_MODEL,
+        settings.CHATRAG_LLM_API_KEY,
+    )
+
+
+def scope_for_user(*, user: AbstractBaseUser | AnonymousUser, collection: Collection) -> Scope:
+    """What this authenticated user may read: public documents plus their groups' documents."""
+    if not user.is_authenticated:
+        raise PermissionError("search needs an authenticated user")
+    group_ids = tuple(user.groups.values_list("id", flat=True))  # type: ignore[union-attr]
+    return Scope(
+        collection_id=collection.id,
+        group_ids=group_ids,
+        see_everything=bool(getattr(user, "is_superuser", False)),
+    )
+
+
+def glossary_for(*, collection: Collection) -> list[GlossaryValue]:
+    """The collection's active glossary as pure values."""
+    return [
+        GlossaryValue(term=e.term, expansion=e.expansion, area=e.area or None)
+        for e in GlossaryEntry.objects.filter(collection=collection, active=True)
+    ]
+
+
+def default_collection() -> Collection:
+    collection, _ = Collection.objects.get_or_create(
+        slug=Collection.DEFAULT_SLUG, defaults={"name": "Company knowledge base"}
+    )
+    return collection
+
+
+class VocabularyLexicon:
+    """Fetch corpus statistics for a turn's words in one query (pg_trgm for spelling)."""
+
+    def __init__(self, engine: SearchEngine, collection_id: int) -> None:
+        self.engine = engine
+        self.collection_id = collection_id
+
+    def __call__(self, words: set[str]) -> LexiconView:
+        wanted = sorted(w for w in words if w)[:200]
+        if not wanted:
+            return LexiconView()
+        with self.engine.pool.connection() as conn:
+            df = dict(
+                conn.execute(
+                    "SELECT word, df FROM retrieval_vocabularyterm "
+                    "WHERE collection_id = %s AND word = ANY(%s)",
+                    [self.collection_id, wanted],
+                ).fetchall()
+            )
+            unknown = [w for w in wanted if w not in df and len(w) >= 4 and not w.isdigit()]
+            corrections: dict[str, str] = {}
+            if unknown:
+                rows = conn.execute(
+                    """
+                    SELECT DISTINCT ON (q.w) q.w, v.word
+                    FROM unnest(%s::text[]) AS q(w)
+                    JOIN retrieval_vocabularyterm v
+                      ON v.collection_id = %s AND v.word %% q.w
+                    WHERE similarity(v.word, q.w) >= 0.45
+                    ORDER BY q.w, similarity(v.word, q.w) DESC, v.df DESC
+                    """,
+                    [unknown, self.collection_id],
+                ).fetchall()
+                corrections = {w: fix for w, fix in rows}
+                if corrections:
+                    df.update(
+                        conn.execute(
+                            "SELECT word, df FROM retrieval_vocabularyterm "
+                            "WHERE collection_id = %s AND word = ANY(%s)",
+                            [self.collection_id, list(set(corrections.values()))],
+                        ).fetchall()
+                    )
+            n_chunks = conn.execute(
+                "SELECT count(*) FROM retrieval_chunk WHERE collection_id = %s",
+                [self.collection_id],
+            ).fetchone()
+        return LexiconView(
+            df=df, n_chunks=int(n_chunks[0]) if n_chunks else 0, corrections=corrections
+        )
+
+
+def known_names_for(user: Any) -> Sequence[str]:
+    """Names to mask for this user: their own first, last and full name."""
+    names = [user.get_full_name(), user.first_name, user.last_name]
+    return [n for n in names if n and len(n) >= 3]

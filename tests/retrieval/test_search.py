@@ -1,0 +1,147 @@
+"""Hybrid search against the real Postgres: permissions in SQL, fusion, parallel queries."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from retrieval.embeddings import get_embedder
+from retrieval.pipeline import search as search_module
+from retrieval.pipeline.fusion import ranked_documents
+from retrieval.pipeline.metrics import mrr_at
+from retrieval.pipeline.search import Scope, SearchParams, SearchRequest, fulltext_query
+from retrieval.services import scope_for_user, search_engine, search_params
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RESTRICTED_DOC = "pt/faixas-salariais-2026"
+
+
+def _search(text: str, scope: Scope, params: SearchParams | None = None) -> list[str]:
+    vector = get_embedder().embed_queries([text])[0]
+    hits = search_engine().search(SearchRequest(text, vector), scope, params or search_params())
+    return [h.external_id for h in hits]
+
+
+def test_employee_never_gets_restricted_document(small_kb: Any, personas: dict[str, Any]) -> None:
+    for name in ("ana", "carlos"):
+        scope = scope_for_user(user=personas[name], collection=small_kb)
+        for query in ("banda P3 matriz de mérito", "faixa salarial reajuste 2026", "salário"):
+            assert RESTRICTED_DOC not in _search(query, scope), (name, query)
+
+
+def test_group_member_gets_restricted_document(small_kb: Any, personas: dict[str, Any]) -> None:
+    scope = scope_for_user(user=personas["rita"], collection=small_kb)
+    assert _search("banda P3 matriz de mérito", scope)[0] == RESTRICTED_DOC
+
+
+def test_scope_requires_authenticated_user(small_kb: Any) -> None:
+    from django.contrib.auth.models import AnonymousUser
+
+    with pytest.raises(PermissionError):
+        scope_for_user(user=AnonymousUser(), collection=small_kb)
+
+
+# Judged on the fixture slice: questions as people type them, with the document that answers.
+JUDGED = [
+    ("quanto é o vale-refeição por dia no escritório", "pt/vale-refeicao-regra-geral"),
+    ("vale refeição para quem trabalha em casa", "pt/vale-refeicao-trabalho-remoto"),
+    ("estagiário recebe vale-refeição?", "pt/vale-refeicao-estagiarios"),
+    ("prazo para pedir reembolso de despesas com nota fiscal", "pt/reembolso-de-despesas"),
+    ("prestador pessoa jurídica reembolso nota fiscal", "pt/reembolso-de-despesas-prestadores-pj"),
+    ("quantos dias de férias eu tenho por ano", "pt/ferias-regras-gerais"),
+    ("quero sair da empresa, como peço demissão", "pt/pedido-de-demissao"),
+    ("posso pedir demissão enquanto estou de férias", "pt/pedido-de-demissao-durante-ferias"),
+    ("política de trabalho remoto integral", "pt/trabalho-remoto-integral"),
+    ("cuántos días de vacaciones tengo en España", "es/vacaciones-espana"),
+    ("feriado legal en Chile", "es/vacaciones-chile"),
+    ("ajuda de custo para internet em casa", "pt/trabalho-remoto-integral"),
+]
+
+
+def _mrr(scope: Scope, params: SearchParams) -> float:
+    total = 0.0
+    for question, relevant in JUDGED:
+        total += mrr_at(_search(question, scope, params), {relevant}, 10)
+    return total / len(JUDGED)
+
+
+def test_hybrid_beats_each_leg_alone(small_kb: Any, personas: dict[str, Any]) -> None:
+    scope = scope_for_user(user=personas["ana"], collection=small_kb)
+    base = search_params()
+    hybrid = _mrr(scope, base)
+    vector_only = _mrr(scope, SearchParams(**{**base.__dict__, "text_weight": 0.0}))
+    text_only = _mrr(scope, SearchParams(**{**base.__dict__, "vector_weight": 0.0}))
+    print(f"MRR@10 hybrid {hybrid:.3f} vector {vector_only:.3f} text {text_only:.3f}")
+    assert hybrid > vector_only
+    assert hybrid > text_only
+
+
+def test_text_leg_alone_answers_when_there_is_no_vector(
+    small_kb: Any, personas: dict[str, Any]
+) -> None:
+    scope = scope_for_user(user=personas["ana"], collection=small_kb)
+    hits = search_engine().search(
+        SearchRequest("pedido de demissão durante as férias", []), scope, search_params()
+    )
+    assert hits and all(h.vector_rank is None for h in hits)
+    assert hits[0].external_id.startswith("pt/pedido-de-demissao")
+
+
+def test_sql_looking_text_is_just_words(small_kb: Any, personas: dict[str, Any]) -> None:
+    scope = scope_for_user(user=personas["ana"], collection=small_kb)
+    hostile = "férias'); DROP TABLE retrieval_chunk; -- OR 1=1 | !& <-> :*"
+    assert fulltext_query(hostile) == "férias or drop or table or retrieval or chunk or 1"
+    assert "pt/ferias-regras-gerais" in _search(hostile, scope)
+    assert _search("férias", scope)  # the table is still there
+
+
+def test_hits_record_their_rank_in_each_leg(small_kb: Any, personas: dict[str, Any]) -> None:
+    scope = scope_for_user(user=personas["ana"], collection=small_kb)
+    vector = get_embedder().embed_queries(["vale-refeição no trabalho remoto"])[0]
+    hits = search_engine().search(
+        SearchRequest("vale-refeição no trabalho remoto", vector), scope, search_params()
+    )
+    top = hits[0]
+    assert top.vector_rank is not None and top.text_rank is not None
+    assert top.score == pytest.approx(1 / (60 + top.vector_rank) + 1 / (60 + top.text_rank))
+    assert ranked_documents  # fused list helpers are importable from the same package
+
+
+def test_queries_of_a_turn_run_concurrently(
+    small_kb: Any, personas: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three searches overlap in time on separate pooled connections."""
+    scope = scope_for_user(user=personas["ana"], collection=small_kb)
+    real = search_module.hybrid_search
+    active = 0
+    peak = 0
+    lock = threading.Lock()
+    connections: set[int] = set()
+
+    def slow(conn: Any, request: SearchRequest, scope: Scope, params: SearchParams) -> Any:
+        nonlocal active, peak
+        with lock:
+            active += 1
+            peak = max(peak, active)
+            connections.add(id(conn))
+        try:
+            conn.execute("SELECT pg_sleep(0.2)")  # hold the connection like a slow query
+            return real(conn, request, scope, params)
+        finally:
+            with lock:
+                active -= 1
+
+    monkeypatch.setattr(search_module, "hybrid_search", slow)
+    texts = ["férias", "reembolso de despesas", "vale-refeição"]
+    vectors = get_embedder().embed_queries(texts)
+    requests = [SearchRequest(t, v) for t, v in zip(texts, vectors, strict=True)]
+    start = time.perf_counter()
+    results = search_engine().search_many(requests, scope, search_params())
+    elapsed = time.perf_counter() - start
+    assert peak == 3 and len(connections) == 3
+    assert [r[0].external_id for r in results] != [] and len(results) == 3
+    print(f"three searches with a 0.2 s server-side wait each took {elapsed:.2f}s")
