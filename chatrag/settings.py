@@ -5,6 +5,7 @@ See `.env.example` and the README for the full list.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,10 @@ else:
 _db.setdefault("OPTIONS", {})
 _db["CONN_MAX_AGE"] = 0
 _db["CONN_HEALTH_CHECKS"] = True
+# One test database per test process, so several test runs can share one server.
+_db["TEST"] = {
+    "NAME": env_str("CHATRAG_TEST_DB_NAME") or f"test_{_db.get('NAME') or 'chatrag'}_{os.getpid()}"
+}
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -1,0 +1,51 @@
+# chatrag: `make run` serves the app, `make test` runs the whole suite. Both set up what they need.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export OMP_WAIT_POLICY ?= PASSIVE
+export CHATRAG_DEBUG ?= 1
+
+.PHONY: run test lint format typecheck bench evaluate db-stop clean
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+run: $(VENV)/.installed
+	$(PY) -m chatrag.devserver
+
+test: $(VENV)/.installed
+	$(PY) -m chatrag.devdb start
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: $(VENV)/.installed
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+typecheck: $(VENV)/.installed
+	$(VENV)/bin/mypy
+
+bench: $(VENV)/.installed
+	$(PY) -m chatrag.devdb start
+	$(PY) scripts/bench_search.py $(BENCH_ARGS)
+
+# Retrieval quality on the MTRAG development data (English), all baseline and rule modes.
+MTRAG ?= ../shared/data/mtrag-dev
+evaluate: $(VENV)/.installed
+	$(PY) -m chatrag.devdb start
+	for d in clapnq cloud; do \
+	  $(PY) manage.py evaluate --corpus $(MTRAG)/$$d/corpus.jsonl --tasks $(MTRAG)/$$d/tasks.jsonl \
+	    --rewrite none,last-turn,rules --json .var/eval-$$d.json || exit 1; done
+
+db-stop: $(VENV)/.installed
+	$(PY) -m chatrag.devdb stop
+
+clean: db-stop
+	rm -rf .var

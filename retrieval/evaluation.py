@@ -1,0 +1,201 @@
+"""Evaluation corpora and tasks: load them into isolated collections and read judged tasks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.db import transaction
+
+from retrieval.embeddings import Embedder
+from retrieval.ingestion.chunking import Section
+from retrieval.ingestion.services import (
+    FileOutcome,
+    IngestReport,
+    Progress,
+    SourceDocument,
+    collection_get_or_create,
+    documents_ingest,
+    sources_from_paths,
+)
+from retrieval.models import Collection, GlossaryEntry
+from retrieval.pipeline.types import HistoryMessage
+
+
+class EvaluationInputError(Exception):
+    """A corpus, tasks or glossary file is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class EvalTask:
+    id: str
+    history: tuple[HistoryMessage, ...]
+    question: str
+    relevant: frozenset[str]
+    category: str = "all"
+    expect_clarification: bool = False
+    language: str | None = None
+
+
+@dataclass
+class LoadedCorpus:
+    collection: Collection
+    reused: bool
+    report: IngestReport | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+def file_checksum(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
+    if not path.is_file():
+        raise EvaluationInputError(f"{path}: no such file")
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise EvaluationInputError(f"{path}:{number}: invalid JSON ({exc.msg})") from exc
+            if not isinstance(record, dict):
+                raise EvaluationInputError(f"{path}:{number}: expected a JSON object")
+            yield number, record
+
+
+def corpus_sources(path: Path, *, language: str | None) -> Iterator[SourceDocument | FileOutcome]:
+    """Turn `{"id", "title", "text", "lang"?, "area"?}` lines into documents."""
+    for number, record in _read_jsonl(path):
+        doc_id, text = record.get("id"), record.get("text")
+        if not isinstance(doc_id, str) or not doc_id:
+            raise EvaluationInputError(f"{path}:{number}: 'id' must be a non-empty string")
+        if not isinstance(text, str) or not text.strip():
+            yield FileOutcome(doc_id, "error", error="empty text")
+            continue
+        title = record.get("title")
+        lang = language or record.get("lang") or "simple"
+        area = record.get("area")
+        yield SourceDocument(
+            external_id=doc_id,
+            title=title if isinstance(title, str) else "",
+            sections=(Section("", text),),
+            language=str(lang),
+            area=area if isinstance(area, str) else "",
+        )
+
+
+def evaluation_collection_load(
+    *,
+    corpus: Path,
+    embedder: Embedder,
+    language: str | None = None,
+    glossary: dict[str, str] | None = None,
+    progress: Progress | None = None,
+) -> LoadedCorpus:
+    """Load a corpus into its own collection, reusing it when the file has not changed."""
+    if corpus.is_dir():
+        # A folder of documents (e.g. demo/kb): ids are paths without suffix, as in `ingest`.
+        items, _ = sources_from_paths([corpus])
+        digest = hashlib.sha256()
+        for path in sorted(p for p in corpus.rglob("*") if p.is_file()):
+            digest.update(str(path.relative_to(corpus)).encode())
+            digest.update(file_checksum(path).encode())
+        checksum = digest.hexdigest()
+        sources: Iterable[SourceDocument | FileOutcome] = items
+        total = len(items)
+    else:
+        checksum = file_checksum(corpus)
+        sources = corpus_sources(corpus, language=language)
+        total = 0
+    key = hashlib.sha256(f"{corpus.resolve()}|{language}".encode()).hexdigest()[:12]
+    label = corpus.name if corpus.is_dir() else corpus.parent.name
+    slug = f"eval-{label[:40]}-{key}".lower()
+    collection = collection_get_or_create(
+        slug=slug, name=f"Evaluation: {corpus}", is_evaluation=True
+    )
+    reused = collection.source_checksum == checksum and collection.embedding_model == embedder.name
+    report = None
+    if not reused:
+        if not total:
+            total = sum(1 for line in corpus.open(encoding="utf-8") if line.strip())
+        report = documents_ingest(
+            collection=collection,
+            sources=sources,
+            embedder=embedder,
+            total=total,
+            progress=progress,
+            prune_missing=True,
+        )
+        collection.source_checksum = checksum
+        collection.save(update_fields=["source_checksum"])
+    glossary_replace(collection=collection, entries=glossary or {})
+    return LoadedCorpus(collection=collection, reused=reused, report=report)
+
+
+@transaction.atomic
+def glossary_replace(*, collection: Collection, entries: dict[str, str]) -> None:
+    """Make the collection's glossary exactly these entries (evaluation glossaries only)."""
+    GlossaryEntry.objects.filter(collection=collection).delete()
+    GlossaryEntry.objects.bulk_create(
+        [GlossaryEntry(collection=collection, term=t, expansion=e) for t, e in entries.items()]
+    )
+
+
+def tasks_load(path: Path) -> list[EvalTask]:
+    """Read judged tasks in the project's evaluation format."""
+    tasks: list[EvalTask] = []
+    for number, record in _read_jsonl(path):
+        question = record.get("question")
+        if not isinstance(question, str) or not question.strip():
+            raise EvaluationInputError(f"{path}:{number}: 'question' must be a non-empty string")
+        history_raw = record.get("history") or []
+        relevant = record.get("relevant") or []
+        if not isinstance(history_raw, list) or not isinstance(relevant, list):
+            raise EvaluationInputError(f"{path}:{number}: 'history' and 'relevant' must be lists")
+        history = []
+        for item in history_raw:
+            if not isinstance(item, dict) or item.get("role") not in {"user", "assistant"}:
+                raise EvaluationInputError(f"{path}:{number}: bad history message")
+            history.append(HistoryMessage(role=item["role"], text=str(item.get("text", ""))))
+        category = record.get("category")
+        lang = record.get("lang")
+        tasks.append(
+            EvalTask(
+                id=str(record.get("id", number)),
+                history=tuple(history),
+                question=question,
+                relevant=frozenset(str(r) for r in relevant),
+                category=str(category) if category else "all",
+                expect_clarification=bool(record.get("expect_clarification", False)),
+                language=str(lang) if lang else None,
+            )
+        )
+    return tasks
+
+
+def glossary_load(path: Path | None) -> dict[str, str]:
+    """Read `{"TERM": "expansion"}` (or the admin export's list form) from a file."""
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise EvaluationInputError(f"{path}: cannot read glossary ({exc})") from exc
+    if isinstance(data, dict):
+        return {str(k): str(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return {
+            str(e["term"]): str(e["expansion"])
+            for e in data
+            if isinstance(e, dict) and "term" in e and "expansion" in e and e.get("active", True)
+        }
+    raise EvaluationInputError(f"{path}: glossary must be an object or a list")

@@ -1,0 +1,150 @@
+"""`manage.py evaluate`: retrieval quality on judged conversations, per rewrite mode."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from tqdm import tqdm
+
+from retrieval.embeddings import get_embedder
+from retrieval.evaluation import (
+    EvaluationInputError,
+    evaluation_collection_load,
+    glossary_load,
+    tasks_load,
+)
+from retrieval.evaluation_run import ModeReport, evaluate_mode
+from retrieval.pipeline.retrieve import REWRITE_MODES, RewriteMode
+from retrieval.services import chat_model
+
+
+def _modes(raw: str) -> list[RewriteMode]:
+    modes: list[RewriteMode] = []
+    for name in raw.split(","):
+        name = name.strip()
+        if name not in REWRITE_MODES:
+            raise CommandError(
+                f"unknown rewrite mode {name!r}: choose from {', '.join(REWRITE_MODES)}"
+            )
+        modes.append(name)  # type: ignore[arg-type]
+    return modes
+
+
+class Command(BaseCommand):
+    help = (
+        "Measure recall@k, MRR@10 and nDCG@10 on judged conversations, with and without rewriting."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--corpus", type=Path, required=True)
+        parser.add_argument("--tasks", type=Path, required=True)
+        parser.add_argument("--glossary", type=Path)
+        parser.add_argument("--lang", choices=["pt", "es", "en"])
+        parser.add_argument("--k", default="5,10")
+        parser.add_argument("--rewrite", default="none,last-turn,rules")
+        parser.add_argument("--json", type=Path, dest="json_path")
+        parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N tasks")
+        parser.add_argument("--quiet", action="store_true")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            ks = sorted({int(k) for k in options["k"].split(",") if k.strip()})
+        except ValueError as exc:
+            raise CommandError("--k takes numbers like 5,10") from exc
+        modes = _modes(options["rewrite"])
+        quiet = options["quiet"]
+        try:
+            tasks = tasks_load(options["tasks"])
+            glossary = glossary_load(options["glossary"])
+            embedder = get_embedder()
+            bar = tqdm(desc="corpus", unit="doc", disable=quiet, leave=False)
+
+            def progress(done: int, total: int, name: str) -> None:
+                bar.total = total
+                bar.n = done
+                bar.refresh()
+
+            loaded = evaluation_collection_load(
+                corpus=options["corpus"],
+                embedder=embedder,
+                language=options["lang"],
+                glossary=glossary,
+                progress=progress,
+            )
+            bar.close()
+        except EvaluationInputError as exc:
+            raise CommandError(str(exc)) from exc
+        if options["limit"]:
+            tasks = tasks[: options["limit"]]
+        if loaded.reused:
+            self.stdout.write(
+                f"corpus: reused collection {loaded.collection.slug} (nothing re-embedded)"
+            )
+        elif loaded.report:
+            r = loaded.report
+            self.stdout.write(
+                f"corpus: {r.chunks_embedded} chunks embedded in {r.seconds:.0f}s, "
+                f"{len(r.errors)} passages skipped"
+            )
+        model = chat_model()
+        if "llm" in modes and model is None:
+            self.stdout.write(
+                "llm: no model server configured (CHATRAG_LLM_BACKEND): rules used instead"
+            )
+
+        async def run_all() -> dict[str, ModeReport]:
+            # One event loop for every mode: the model's HTTP client lives in it.
+            out: dict[str, ModeReport] = {}
+            for mode in modes:
+                bar = tqdm(total=len(tasks), desc=mode, unit="task", disable=quiet, leave=False)
+                out[mode] = await evaluate_mode(
+                    tasks=tasks,
+                    collection=loaded.collection,
+                    mode=mode,
+                    ks=ks,
+                    language=options["lang"],
+                    model=model,
+                    on_task=bar.update,
+                )
+                bar.close()
+            return out
+
+        reports = asyncio.run(run_all())
+        self.stdout.write(render_table(reports, ks))
+        if options["json_path"]:
+            payload = {
+                "corpus": str(options["corpus"]),
+                "tasks_file": str(options["tasks"]),
+                "modes": {m: r.summary() for m, r in reports.items()},
+                "tasks": [row for r in reports.values() for row in r.rows],
+            }
+            options["json_path"].write_text(json.dumps(payload, ensure_ascii=False, indent=1))
+            self.stdout.write(f"wrote {options['json_path']}")
+
+
+def render_table(reports: dict[str, ModeReport], ks: list[int]) -> str:
+    """One line per mode and category: recall@k, MRR@10, nDCG@10, clarification, latency."""
+    cols = [f"R@{k}" for k in ks] + ["MRR@10", "nDCG@10"]
+    lines = [f"{'mode':<10} {'category':<16} {'n':>4} " + " ".join(f"{c:>8}" for c in cols)]
+    for mode, report in reports.items():
+        summary = report.summary()
+        groups = [("overall", summary["overall"])] + sorted(summary["by_category"].items())
+        for name, m in groups:
+            values = [m[f"recall@{k}"] for k in ks] + [m["mrr@10"], m["ndcg@10"]]
+            lines.append(
+                f"{mode:<10} {name[:16]:<16} {m['n']:>4} " + " ".join(f"{v:>8.3f}" for v in values)
+            )
+        clar = summary["clarification"]
+        lat = summary["latency_ms"]
+        lat_text = ", ".join(
+            f"{s} p50 {v['p50']:.0f}/p95 {v['p95']:.0f} ms" for s, v in lat.items()
+        )
+        lines.append(
+            f"{mode:<10} clarification precision {clar['precision']:.2f} "
+            f"recall {clar['recall']:.2f}; {lat_text}"
+        )
+    return "\n".join(lines)
