@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 
-websocket_urlpatterns: list[URLPattern] = []
+from conversations.consumers import ChatConsumer
+
+websocket_urlpatterns: list[URLPattern] = [
+    path("ws/chat/", ChatConsumer.as_asgi()),
+]

@@ -39,7 +39,9 @@ class Message(models.Model):
         STOPPED = "stopped"  # the user stopped generation
         ERROR = "error"
 
-    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="messages"
+    )
     role = models.CharField(max_length=10, choices=Role.choices)
     text = models.TextField(blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.COMPLETE)
@@ -93,3 +95,6 @@ class Feedback(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["message", "user"], name="feedback_one_per_user")
         ]
+
+    def __str__(self) -> str:
+        return f"{'+' if self.value > 0 else '-'}1 on message {self.message_id}"

@@ -1,0 +1,68 @@
+"""`make run`: database, migrations, demo data, worker and web server; Ctrl-C stops them all.
+
+Started as `python -m chatrag.devserver`. Nothing here runs in production, where each
+process is started by its own supervisor (see docker-compose.yml).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _manage(*args: str) -> None:
+    subprocess.run([sys.executable, "manage.py", *args], cwd=BASE_DIR, check=True)
+
+
+def main() -> int:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatrag.settings")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    host = os.environ.get("CHATRAG_HOST", "127.0.0.1")
+    port = os.environ.get("CHATRAG_PORT", "8000")
+    started_db = False
+    if not os.environ.get("DATABASE_URL"):
+        from . import devdb
+
+        started_db = devdb._running_info() is None
+        devdb.ensure_running()
+    children: list[subprocess.Popen[bytes]] = []
+    try:
+        _manage("migrate", "--verbosity", "0")
+        _manage("seed_demo")
+        _manage("collectstatic", "--noinput", "--verbosity", "0")
+        worker = [sys.executable, "-m", "celery", "-A", "chatrag", "worker"]
+        worker += ["--loglevel", "WARNING", "--concurrency", "1", "--pool", "solo"]
+        children.append(subprocess.Popen(worker, cwd=BASE_DIR))
+        web = [sys.executable, "-m", "daphne", "-b", host, "-p", port, "chatrag.asgi:application"]
+        children.append(subprocess.Popen(web, cwd=BASE_DIR))
+        print(f"\nchatrag is running on http://{host}:{port}/  (Ctrl-C stops everything)\n")
+        while all(child.poll() is None for child in children):
+            time.sleep(0.5)
+        return 1
+    except KeyboardInterrupt:
+        print("\nstopping...")
+        return 0
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in children:
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        if started_db:
+            from . import devdb
+
+            devdb.stop()
+            print("embedded PostgreSQL stopped")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

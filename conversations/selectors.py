@@ -1,0 +1,83 @@
+"""Read-side queries for conversations; every one is scoped to its owner."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Q, QuerySet
+from django.http import Http404
+
+from conversations.models import Conversation, Feedback, Message
+from retrieval.models import Chunk, Document
+
+
+def conversation_list(*, user: AbstractBaseUser, search: str = "") -> QuerySet[Conversation]:
+    """The user's conversations, newest first, optionally filtered by title or content."""
+    qs = Conversation.objects.filter(owner=user)
+    if search:
+        qs = qs.filter(Q(title__icontains=search) | Q(messages__text__icontains=search)).distinct()
+    return qs
+
+
+def conversation_get(*, user: AbstractBaseUser, conversation_id: int) -> Conversation:
+    """The conversation if this user owns it; 404 otherwise (never another user's data)."""
+    try:
+        return Conversation.objects.get(pk=conversation_id, owner=user)
+    except (Conversation.DoesNotExist, ValueError, TypeError) as exc:
+        raise Http404("conversation not found") from exc
+
+
+def message_get(*, user: AbstractBaseUser, message_id: int) -> Message:
+    """A message of one of this user's conversations; 404 otherwise."""
+    try:
+        return Message.objects.select_related("conversation").get(
+            pk=message_id, conversation__owner=user
+        )
+    except (Message.DoesNotExist, ValueError, TypeError) as exc:
+        raise Http404("message not found") from exc
+
+
+def conversation_messages(*, conversation: Conversation) -> list[Message]:
+    """All messages with their traces, in order (one query for messages, one for traces)."""
+    return list(conversation.messages.select_related("trace").order_by("created_at", "id"))
+
+
+def history_before(*, message: Message, limit: int) -> list[Message]:
+    """The last `limit` finished messages before this one, oldest first."""
+    if limit <= 0:
+        return []
+    qs = (
+        Message.objects.filter(conversation_id=message.conversation_id, id__lt=message.id)
+        .exclude(text="")
+        .exclude(status=Message.Status.ERROR)
+        .order_by("-id")[:limit]
+    )
+    return list(reversed(list(qs)))
+
+
+def document_readable(*, user: AbstractBaseUser, document_id: int) -> Document:
+    """A document this user may read (public, shares a group, or superuser); 404 otherwise.
+
+    The same rule as search's `Scope`: a document without groups is public.
+    """
+    qs = Document.objects.all()
+    if not getattr(user, "is_superuser", False):
+        group_ids = list(user.groups.values_list("id", flat=True))  # type: ignore[attr-defined]
+        qs = qs.filter(Q(groups__isnull=True) | Q(groups__in=group_ids)).distinct()
+    try:
+        return qs.get(pk=document_id)
+    except (Document.DoesNotExist, ValueError, TypeError) as exc:
+        raise Http404("document not found") from exc
+
+
+def document_chunks(*, document: Document) -> list[Chunk]:
+    """The document's passages in reading order."""
+    return list(document.chunks.order_by("position").only("id", "position", "heading", "text"))
+
+
+def feedback_values(*, user: AbstractBaseUser, message_ids: list[int]) -> dict[int, int]:
+    """This user's thumbs (1 or -1) on the given answers, by message id."""
+    return dict(
+        Feedback.objects.filter(user=user, message_id__in=message_ids).values_list(
+            "message_id", "value"
+        )
+    )

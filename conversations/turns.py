@@ -1,0 +1,446 @@
+"""One chat turn, end to end: the orchestrating function the consumer (and tests) call.
+
+The user's message is already stored. Events go out through `emit` in this order:
+`rewrite`, then `clarify` (and stop) or `sources`, `delta`..., `done`; or `error`.
+The turn runs as its own task: a socket that drops does not stop it, the answer is still
+stored, and a reload shows it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.urls import reverse
+from django.utils import timezone
+
+from conversations.models import Message, TurnTrace
+from conversations.selectors import history_before
+from retrieval.embeddings import get_embedder
+from retrieval.models import Collection
+from retrieval.pipeline.answer import (
+    Passage,
+    answer_language,
+    build_answer_messages,
+    clean_citations,
+    extractive_answer,
+    label,
+)
+from retrieval.pipeline.fusion import MergedHit
+from retrieval.pipeline.llm import ChatModel, LLMError
+from retrieval.pipeline.retrieve import RetrievalOutcome, RetrievalSettings, retrieve
+from retrieval.pipeline.search import Scope, SearchEngine
+from retrieval.pipeline.types import GlossaryEntry, HistoryMessage
+from retrieval.services import (
+    VocabularyLexicon,
+    chat_model,
+    default_collection,
+    glossary_for,
+    known_names_for,
+    retrieval_settings,
+    scope_for_user,
+    search_engine,
+)
+
+logger = logging.getLogger(__name__)
+Emit = Callable[[dict[str, Any]], Awaitable[None]]
+SAVE_EVERY_S = 0.5
+
+
+@dataclass
+class LiveTurn:
+    """In-process state of a running turn: lets a reload resync and a user stop it."""
+
+    user_message_id: int
+    assistant_message_id: int | None = None
+    text: str = ""
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+LIVE: dict[int, LiveTurn] = {}  # by user message id
+_TASKS: set[asyncio.Task[None]] = set()
+
+
+@dataclass
+class TurnContext:
+    message: Message
+    question: str
+    history: list[HistoryMessage]
+    collection: Collection
+    glossary: list[GlossaryEntry]
+    scope: Scope
+    engine: SearchEngine
+    settings: RetrievalSettings
+    model: ChatModel | None
+    known_names: list[str]
+
+
+@database_sync_to_async
+def _load(message_id: int) -> TurnContext:
+    message = Message.objects.select_related("conversation__owner").get(pk=message_id)
+    user = message.conversation.owner
+    collection = default_collection()
+    window = history_before(message=message, limit=settings.CHATRAG_REWRITE_WINDOW)
+    return TurnContext(
+        message=message,
+        question=message.text,
+        history=[
+            HistoryMessage("user" if m.role == "user" else "assistant", m.text) for m in window
+        ],
+        collection=collection,
+        glossary=glossary_for(collection=collection),
+        scope=scope_for_user(user=user, collection=collection),
+        engine=search_engine(),
+        settings=retrieval_settings(),
+        model=chat_model(),
+        known_names=list(known_names_for(user)),
+    )
+
+
+def start_turn(*, message_id: int, emit: Emit, received_at: float) -> LiveTurn:
+    """Run a turn as an independent task (it outlives the socket that asked for it)."""
+    live = LIVE.setdefault(message_id, LiveTurn(user_message_id=message_id))
+    task = asyncio.create_task(turn_run(message_id=message_id, emit=emit, received_at=received_at))
+    _TASKS.add(task)
+    task.add_done_callback(_TASKS.discard)
+    return live
+
+
+def request_stop(message_id: int) -> bool:
+    """Ask a running turn (in this process) to stop generating."""
+    live = LIVE.get(message_id)
+    if live is None:
+        return False
+    live.stop.set()
+    return True
+
+
+def _source_cards(
+    passages: list[MergedHit], masker_unmask: Callable[[str], str]
+) -> list[dict[str, Any]]:
+    cards = []
+    for number, item in enumerate(passages, start=1):
+        hit = item.hit
+        snippet = " ".join(hit.text.split())
+        cards.append(
+            {
+                "n": number,
+                "document_id": hit.document_id,
+                "chunk_id": hit.chunk_id,
+                "title": hit.title,
+                "section": hit.heading,
+                "snippet": snippet[:280] + ("…" if len(snippet) > 280 else ""),
+                "url": reverse("document", args=[hit.document_id])
+                + f"?chunk={hit.chunk_id}#chunk-{hit.chunk_id}",
+            }
+        )
+    return cards
+
+
+def _rewrite_frame(outcome: RetrievalOutcome, question: str, message_id: int) -> dict[str, Any]:
+    unmask = outcome.masker.unmask
+    rewrite = outcome.rewrite
+    return {
+        "type": "rewrite",
+        "message_id": message_id,
+        "original": question,
+        "backend": rewrite.backend,
+        "model": rewrite.model,
+        "queries": [
+            {"text": unmask(q.text), "type": q.type, "weight": q.weight, "area": q.area}
+            for q in outcome.queries
+        ],
+        "glossary": [{"term": h.term, "expansion": h.expansion} for h in rewrite.glossary_hits],
+        "corrections": rewrite.corrections,
+        "notes": rewrite.notes,
+        "anomalies": rewrite.anomalies,
+        "clarification": (
+            {
+                "question": rewrite.clarification.question,
+                "options": list(rewrite.clarification.options),
+            }
+            if rewrite.needs_clarification and rewrite.clarification
+            else None
+        ),
+        "errors": outcome.errors,
+    }
+
+
+@database_sync_to_async
+def _save_trace(message: Message, outcome: RetrievalOutcome | None, errors: list[str]) -> None:
+    fields: dict[str, Any] = {"errors": errors}
+    if outcome is not None:
+        fields.update(
+            masked_question=outcome.masked_question,
+            masked_window=[{"role": m.role, "text": m.text} for m in outcome.masked_window],
+            rewrite=outcome.rewrite.to_dict(),
+            search=outcome.trace_search(),
+            timings_ms=outcome.timings_ms,
+            anomaly=bool(outcome.rewrite.anomalies),
+            clarified=outcome.rewrite.needs_clarification,
+            no_results=not outcome.passages,
+        )
+    TurnTrace.objects.update_or_create(message=message, defaults=fields)
+
+
+@database_sync_to_async
+def _update_trace_timings(message: Message, timings: dict[str, float], errors: list[str]) -> None:
+    trace = TurnTrace.objects.filter(message=message).first()
+    if trace is not None:
+        trace.timings_ms = {**trace.timings_ms, **timings}
+        trace.errors = list(dict.fromkeys([*trace.errors, *errors]))
+        trace.save(update_fields=["timings_ms", "errors"])
+
+
+@database_sync_to_async
+def _create_answer(
+    message: Message, status: str, text: str = "", sources: list[dict[str, Any]] | None = None
+) -> Message:
+    answer = Message.objects.create(
+        conversation_id=message.conversation_id,
+        role=Message.Role.ASSISTANT,
+        text=text,
+        status=status,
+        reply_to=message,
+        sources=sources or [],
+    )
+    Message.objects.filter(pk=message.pk).update(status=Message.Status.COMPLETE)
+    return answer
+
+
+@database_sync_to_async
+def _save_answer(
+    answer: Message,
+    *,
+    text: str,
+    status: str | None = None,
+    error: str = "",
+    extractive: bool | None = None,
+) -> None:
+    answer.text = text
+    fields = ["text", "updated_at"]
+    if status is not None:
+        answer.status = status
+        fields.append("status")
+    if error:
+        answer.error = error
+        fields.append("error")
+    if extractive is not None:
+        answer.extractive = extractive
+        fields.append("extractive")
+    answer.updated_at = timezone.now()
+    answer.save(update_fields=fields)
+
+
+@database_sync_to_async
+def _mark_user_message(message: Message, status: str) -> None:
+    Message.objects.filter(pk=message.pk).update(status=status)
+
+
+async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = None) -> None:
+    """Rewrite, search, answer and store one turn, emitting events as it goes."""
+    start = received_at if received_at is not None else time.perf_counter()
+
+    def since() -> float:
+        return round((time.perf_counter() - start) * 1000, 1)
+
+    live = LIVE.setdefault(message_id, LiveTurn(user_message_id=message_id))
+    timings: dict[str, float] = {}
+    ctx: TurnContext | None = None
+    try:
+        ctx = await _load(message_id)
+        language = answer_language(ctx.question)
+        outcome = await retrieve(
+            question=ctx.question,
+            history=ctx.history,
+            glossary=ctx.glossary,
+            scope=ctx.scope,
+            engine=ctx.engine,
+            embedder=get_embedder(),
+            lexicon=VocabularyLexicon(ctx.engine, ctx.collection.id),
+            settings=ctx.settings,
+            model=ctx.model,
+            known_names=ctx.known_names,
+            language=language,
+        )
+        await emit(_rewrite_frame(outcome, ctx.question, message_id))
+        timings["to_rewrite_frame"] = since()
+        await _save_trace(ctx.message, outcome, outcome.errors)
+
+        rewrite = outcome.rewrite
+        if rewrite.needs_clarification and rewrite.clarification is not None:
+            answer = await _create_answer(
+                ctx.message, Message.Status.CLARIFY, rewrite.clarification.question
+            )
+            await emit(
+                {
+                    "type": "clarify",
+                    "message_id": answer.id,
+                    "reply_to": message_id,
+                    "question": rewrite.clarification.question,
+                    "options": list(rewrite.clarification.options),
+                }
+            )
+            timings["to_done"] = since()
+            await _update_trace_timings(ctx.message, timings, [])
+            return
+
+        cards = _source_cards(outcome.passages, outcome.masker.unmask)
+        answer = await _create_answer(ctx.message, Message.Status.STREAMING, "", cards)
+        live.assistant_message_id = answer.id
+        await emit(
+            {"type": "sources", "message_id": answer.id, "reply_to": message_id, "sources": cards}
+        )
+        timings["to_sources_frame"] = since()
+
+        passages = [
+            Passage(i, m.hit.title, m.hit.heading, m.hit.text)
+            for i, m in enumerate(outcome.passages, 1)
+        ]
+        text, status, extractive, error = await _answer(
+            ctx, outcome, passages, language, answer, live, emit, timings, since
+        )
+        final, _cited = clean_citations(outcome.masker.unmask(text), len(passages))
+        await _save_answer(answer, text=final, status=status, error=error, extractive=extractive)
+        timings["to_done"] = since()
+        await emit(
+            {
+                "type": "done",
+                "message_id": answer.id,
+                "reply_to": message_id,
+                "status": status,
+                "text": final,
+                "extractive": extractive,
+                "timings_ms": timings,
+            }
+        )
+        await _update_trace_timings(ctx.message, timings, [error] if error else [])
+    except Exception as exc:  # the user always gets an answer frame, never silence
+        logger.exception("turn %s failed", message_id)
+        await emit(
+            {
+                "type": "error",
+                "reply_to": message_id,
+                "message": _failure_text(answer_language(ctx.question) if ctx else "pt"),
+                "detail": exc.__class__.__name__,
+            }
+        )
+        if ctx is not None:
+            await _save_trace(
+                ctx.message, None, [f"turn failed: {exc.__class__.__name__}: {exc}"[:500]]
+            )
+            await _mark_user_message(ctx.message, Message.Status.ERROR)
+    finally:
+        LIVE.pop(message_id, None)
+
+
+async def _answer(
+    ctx: TurnContext,
+    outcome: RetrievalOutcome,
+    passages: list[Passage],
+    language: str,
+    answer: Message,
+    live: LiveTurn,
+    emit: Emit,
+    timings: dict[str, float],
+    since: Callable[[], float],
+) -> tuple[str, str, bool, str]:
+    """Stream the answer; returns (text, status, extractive, error)."""
+    offset = 0
+
+    async def send(piece: str) -> None:
+        nonlocal offset
+        if "to_first_delta" not in timings:
+            timings["to_first_delta"] = since()
+        await emit({"type": "delta", "message_id": answer.id, "offset": offset, "delta": piece})
+        offset += len(piece)
+
+    if not passages:
+        text = label("nothing", language)
+        await send(text)
+        return text, Message.Status.COMPLETE, False, ""
+
+    if ctx.model is not None:
+        messages = build_answer_messages(
+            question=outcome.masked_question,
+            passages=passages,
+            history=outcome.masked_window,
+            today=timezone.localdate(),
+            language=language,
+        )
+        last_save = time.perf_counter()
+        try:
+            pending = ""  # a placeholder like "[EMAIL_1]" may arrive split over pieces
+            async for raw in ctx.model.stream(messages, timeout=settings.CHATRAG_LLM_TIMEOUT):
+                if live.stop.is_set():
+                    return live.text, Message.Status.STOPPED, False, ""
+                ready, pending = split_unfinished_placeholder(pending + raw)
+                if not ready:
+                    continue
+                piece = outcome.masker.unmask(ready)
+                live.text += piece
+                await send(piece)
+                if time.perf_counter() - last_save > SAVE_EVERY_S:
+                    await _save_answer(answer, text=live.text)
+                    last_save = time.perf_counter()
+            if pending:
+                live.text += outcome.masker.unmask(pending)
+                await send(outcome.masker.unmask(pending))
+            if live.text.strip():
+                return live.text, Message.Status.COMPLETE, False, ""
+            error = "the model returned an empty answer"
+        except LLMError as exc:
+            error = f"model failed: {exc}"
+            if live.text.strip():
+                note = "\n\n(" + _model_failed_note(language) + ")"
+                await send(note)
+                return live.text + note, Message.Status.COMPLETE, False, error
+        # No usable model output: fall back to the extractive answer, saying why.
+        prefix = _model_failed_note(language) + "\n\n"
+    else:
+        prefix = ""
+        error = ""
+
+    text = prefix + extractive_answer(
+        question=outcome.masked_question,
+        queries=[q.text for q in outcome.queries],
+        passages=passages,
+        language=language,
+    )
+    text = outcome.masker.unmask(text)
+    # Stream it in small pieces so the page behaves the same with or without a model.
+    for start in range(0, len(text), 48):
+        if live.stop.is_set():
+            return text[:start], Message.Status.STOPPED, True, error
+        live.text = text[: start + 48]
+        await send(text[start : start + 48])
+        await asyncio.sleep(0)
+    return text, Message.Status.COMPLETE, True, error
+
+
+def split_unfinished_placeholder(text: str) -> tuple[str, str]:
+    """Hold back a trailing "[" run that may be the start of a placeholder like [EMAIL_1]."""
+    start = text.rfind("[")
+    if start == -1 or "]" in text[start:] or len(text) - start > 24:
+        return text, ""
+    return text[:start], text[start:]
+
+
+def _failure_text(language: str) -> str:
+    return {
+        "es": "No fue posible responder ahora. Tu mensaje quedó guardado; inténtalo de nuevo.",
+        "en": "Could not answer right now. Your message is saved; please try again shortly.",
+    }.get(language, "Não foi possível responder agora. Sua mensagem foi guardada; tente de novo.")
+
+
+def _model_failed_note(language: str) -> str:
+    return {
+        "es": "El modelo de lenguaje no respondió; se muestra una respuesta extractiva.",
+        "en": "The language model did not answer; showing an extractive answer.",
+    }.get(language, "O modelo de linguagem não respondeu; mostrando uma resposta extrativa.")

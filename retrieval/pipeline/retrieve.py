@@ -1,0 +1,242 @@
+"""Rewrite a turn and run its searches: the retrieval half of a turn, shared by chat and evaluation.
+
+mask → rewrite (none | last-turn | rules | llm, falling back to rules) → embed all queries
+in one batch → hybrid searches in parallel (the original question always included, at low
+weight) → merge. Every step is timed and nothing here raises for a model or rewrite failure:
+the worst case searches the user's own words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from .fusion import FusionStrategy, MergedHit, cut_passages, merge_results
+from .glossary import find_glossary_hits
+from .llm import ChatModel
+from .masking import Masker, MaskingConfig
+from .rewrite_llm import rewrite_with_llm
+from .search import Scope, SearchEngine, SearchParams, SearchRequest
+from .text import normalize
+from .types import HistoryMessage, LexiconView, RewriteInput, RewriteResult, SearchQuery
+
+RewriteMode = Literal["none", "last-turn", "rules", "llm"]
+REWRITE_MODES: tuple[RewriteMode, ...] = ("none", "last-turn", "rules", "llm")
+
+
+class QueryEmbedder(Protocol):
+    def embed_queries(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+@dataclass(frozen=True)
+class RetrievalSettings:
+    mode: RewriteMode = "rules"
+    window: int = 6
+    max_queries: int = 3
+    max_query_chars: int = 300
+    original_weight: float = 0.5
+    fusion: FusionStrategy = "rrf"
+    rrf_k: int = 60
+    passages: int = 6
+    max_per_document: int = 2
+    rewrite_timeout: float = 8.0
+    masking: MaskingConfig = field(default_factory=MaskingConfig)
+    search: SearchParams = field(default_factory=SearchParams)
+
+
+@dataclass
+class RetrievalOutcome:
+    """Everything the answer step and the trace need."""
+
+    masked_question: str
+    masked_window: list[HistoryMessage]
+    rewrite: RewriteResult
+    queries: list[SearchQuery]  # what was searched, the original last
+    merged: list[MergedHit]  # all fused hits, best first
+    passages: list[MergedHit]  # the cut shown to the user and the model
+    timings_ms: dict[str, float]
+    errors: list[str]
+    masker: Masker
+
+    def trace_search(self) -> dict[str, Any]:
+        """Per-query and per-passage detail for the trace (masked text only)."""
+        return {
+            "queries": [
+                {"text": q.text, "type": q.type, "weight": q.weight, "area": q.area}
+                for q in self.queries
+            ],
+            "hits": [
+                {
+                    "chunk": m.hit.chunk_id,
+                    "document": m.hit.external_id,
+                    "title": m.hit.title,
+                    "score": round(m.score, 6),
+                    "found_by": [
+                        {
+                            "query": x.query,
+                            "rank": x.rank,
+                            "vector_rank": x.vector_rank,
+                            "text_rank": x.text_rank,
+                            "score": x.score,
+                        }
+                        for x in m.matches
+                    ],
+                }
+                for m in self.merged[:30]
+            ],
+            "passages": [m.hit.chunk_id for m in self.passages],
+        }
+
+
+LexiconFetcher = Callable[[set[str]], LexiconView]
+
+
+def _ms(start: float) -> float:
+    return round((time.perf_counter() - start) * 1000, 2)
+
+
+def _baseline_rewrite(inp: RewriteInput, mode: RewriteMode) -> RewriteResult:
+    if mode == "last-turn":
+        previous = next((m.text for m in reversed(inp.history) if m.role == "user"), "")
+        text = f"{previous} {inp.question}".strip()
+        return RewriteResult(queries=[SearchQuery(text, "expand")], backend="last-turn")
+    return RewriteResult(queries=[SearchQuery(inp.question, "normalize")], backend="none")
+
+
+def search_queries(
+    rewrite: RewriteResult, original: str, original_weight: float
+) -> list[SearchQuery]:
+    """The rewritten queries plus the user's own words as a low-weight safety net."""
+    queries = list(rewrite.queries)
+    if rewrite.backend in {"none", "last-turn"}:
+        return queries
+    if any(normalize(q.text) == normalize(original) for q in queries):
+        return queries
+    return [*queries, SearchQuery(original, "original", weight=original_weight)]
+
+
+async def retrieve(
+    *,
+    question: str,
+    history: Sequence[HistoryMessage],
+    glossary: Sequence[Any],
+    scope: Scope,
+    engine: SearchEngine,
+    embedder: QueryEmbedder,
+    lexicon: LexiconFetcher,
+    settings: RetrievalSettings,
+    model: ChatModel | None = None,
+    known_names: Sequence[str] = (),
+    language: str | None = None,
+) -> RetrievalOutcome:
+    """Rewrite and search one turn; degrade to searching the question as typed on failure."""
+    timings: dict[str, float] = {}
+    errors: list[str] = []
+    t = time.perf_counter()
+    masking = MaskingConfig(
+        employee_id_pattern=settings.masking.employee_id_pattern,
+        known_names=tuple(known_names),
+        mask_money=settings.masking.mask_money,
+    )
+    masker = Masker(masking)
+    masked_question = masker.mask(question)
+    window = [HistoryMessage(m.role, masker.mask(m.text)) for m in history[-settings.window :]]
+    if settings.window == 0:
+        window = []
+    timings["mask"] = _ms(t)
+
+    inp = RewriteInput(
+        question=masked_question,
+        history=tuple(window),
+        glossary=tuple(glossary),
+        max_queries=settings.max_queries,
+        max_query_chars=settings.max_query_chars,
+        today=None,
+        language=language,
+    )
+    t = time.perf_counter()
+    rewrite = await _rewrite(inp, settings, lexicon, model, errors)
+    timings["rewrite"] = _ms(t)
+
+    queries = search_queries(rewrite, masked_question, settings.original_weight)
+    t = time.perf_counter()
+    try:
+        vectors = await asyncio.to_thread(embedder.embed_queries, [q.text for q in queries])
+    except Exception as exc:  # any embedder failure: fall back to full-text only below
+        errors.append(f"embedding failed: {exc}")
+        vectors = []
+    timings["embed"] = _ms(t)
+
+    t = time.perf_counter()
+    if not vectors:  # embedder down: each query runs with its full-text leg only
+        vectors = [[] for _ in queries]
+    requests = [
+        SearchRequest(text=q.text, vector=v, area=q.area)
+        for q, v in zip(queries, vectors, strict=True)
+    ]
+    try:
+        results = await asyncio.to_thread(engine.search_many, requests, scope, settings.search)
+    except Exception as exc:  # the database failing must still end the turn with a message
+        errors.append(f"search failed: {exc.__class__.__name__}")
+        results = [[] for _ in queries]
+    timings["search"] = _ms(t)
+
+    t = time.perf_counter()
+    merged = merge_results(queries, results, strategy=settings.fusion, rrf_k=settings.rrf_k)
+    passages = cut_passages(
+        merged, limit=settings.passages, max_per_document=settings.max_per_document
+    )
+    timings["merge"] = _ms(t)
+    return RetrievalOutcome(
+        masked_question=masked_question,
+        masked_window=window,
+        rewrite=rewrite,
+        queries=queries,
+        merged=merged,
+        passages=passages,
+        timings_ms=timings,
+        errors=errors,
+        masker=masker,
+    )
+
+
+async def _rewrite(
+    inp: RewriteInput,
+    settings: RetrievalSettings,
+    lexicon: LexiconFetcher,
+    model: ChatModel | None,
+    errors: list[str],
+) -> RewriteResult:
+    if settings.mode in {"none", "last-turn"}:
+        return _baseline_rewrite(inp, settings.mode)
+
+    from .rewrite_rules import lexicon_words, rewrite_with_rules
+
+    def rules() -> RewriteResult:
+        try:
+            view = lexicon(lexicon_words(inp))
+        except Exception as exc:  # the vocabulary is an aid: rewrite without it
+            errors.append(f"vocabulary lookup failed: {exc}")
+            view = LexiconView()
+        try:
+            return rewrite_with_rules(inp, view)
+        except Exception as exc:  # never break the turn: search the question as typed
+            errors.append(f"rule rewrite failed: {exc.__class__.__name__}: {exc}")
+            result = _baseline_rewrite(inp, "none")
+            result.error = f"rule rewrite failed: {exc.__class__.__name__}"
+            result.glossary_hits = find_glossary_hits(inp.question, inp.glossary)
+            return result
+
+    if settings.mode == "llm" and model is not None:
+        result = await rewrite_with_llm(
+            inp, model, timeout=settings.rewrite_timeout, fallback=lambda: rules()
+        )
+        if result.error:
+            errors.append(result.error)
+        return result
+    if settings.mode == "llm":
+        errors.append("no model server configured: used the rule rewriter")
+    return await asyncio.to_thread(rules)
