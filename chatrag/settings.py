@@ -10,11 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
+import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
 from retrieval.pipeline.masking import DEFAULT_EMPLOYEE_ID_PATTERN
 
 from .env import env_bool, env_choice, env_float, env_int, env_list, env_str
+
+# Lets admin classes be written ModelAdmin[Model] for mypy, at run time too.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("CHATRAG_VAR_DIR", str(BASE_DIR / ".var")))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -31,7 +31,7 @@ def title_from_text(text: str, limit: int = 60) -> str:
 
 
 @transaction.atomic
-def conversation_create(*, user: AbstractBaseUser, title: str = "") -> Conversation:
+def conversation_create(*, user: User, title: str = "") -> Conversation:
     return Conversation.objects.create(owner=user, title=title[:200])
 
 
@@ -62,7 +62,7 @@ def message_store_user(*, conversation: Conversation, text: str) -> Message:
 
 
 def feedback_set(
-    *, message: Message, user: AbstractBaseUser, value: int, reason: str = ""
+    *, message: Message, user: User, value: int, reason: str = ""
 ) -> Feedback:
     """Record (or change) a user's thumbs up/down on an assistant answer."""
     if value not in (1, -1):

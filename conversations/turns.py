@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from conversations.models import Message, TurnTrace
 from conversations.selectors import history_before
-from retrieval.embeddings import get_embedder
+from retrieval.embeddings import Embedder
 from retrieval.models import Collection
 from retrieval.pipeline.answer import (
     Passage,
@@ -43,6 +43,7 @@ from retrieval.services import (
     default_collection,
     glossary_for,
     known_names_for,
+    query_embedder_for,
     retrieval_settings,
     scope_for_user,
     search_engine,
@@ -79,6 +80,7 @@ class TurnContext:
     settings: RetrievalSettings
     model: ChatModel | None
     known_names: list[str]
+    embedder: Embedder | None
 
 
 @database_sync_to_async
@@ -100,6 +102,7 @@ def _load(message_id: int) -> TurnContext:
         settings=retrieval_settings(),
         model=chat_model(),
         known_names=list(known_names_for(user)),
+        embedder=query_embedder_for(collection=collection),
     )
 
 
@@ -262,7 +265,7 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
             glossary=ctx.glossary,
             scope=ctx.scope,
             engine=ctx.engine,
-            embedder=get_embedder(),
+            embedder=ctx.embedder,
             lexicon=VocabularyLexicon(ctx.engine, ctx.collection.id),
             settings=ctx.settings,
             model=ctx.model,

@@ -9,7 +9,6 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from retrieval.embeddings import get_embedder
 from retrieval.evaluation import EvalTask
 from retrieval.models import Collection
 from retrieval.pipeline.fusion import ranked_documents
@@ -17,7 +16,13 @@ from retrieval.pipeline.llm import ChatModel
 from retrieval.pipeline.metrics import mrr_at, ndcg_at, percentile, precision_recall, recall_at
 from retrieval.pipeline.retrieve import RewriteMode, retrieve
 from retrieval.pipeline.search import Scope
-from retrieval.services import VocabularyLexicon, glossary_for, retrieval_settings, search_engine
+from retrieval.services import (
+    VocabularyLexicon,
+    glossary_for,
+    query_embedder_for,
+    retrieval_settings,
+    search_engine,
+)
 
 
 @dataclass
@@ -69,7 +74,7 @@ async def evaluate_mode(
     engine = await sync_to_async(search_engine)()
     glossary = await sync_to_async(glossary_for)(collection=collection)
     settings = await sync_to_async(retrieval_settings)(mode=mode)
-    embedder = await sync_to_async(get_embedder)()
+    embedder = await sync_to_async(query_embedder_for)(collection=collection)
     lexicon = VocabularyLexicon(engine, collection.id)
     scope = Scope(collection_id=collection.id, see_everything=True)
     report = ModeReport(mode=mode, ks=ks)

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
 from django.utils.module_loading import import_string
 from psycopg.conninfo import make_conninfo
 
+from retrieval.embeddings import Embedder, get_embedder
 from retrieval.models import Collection, GlossaryEntry
 from retrieval.pipeline.fusion import FusionStrategy
 from retrieval.pipeline.llm import ChatModel
@@ -65,7 +67,10 @@ def retrieval_settings(*, mode: RewriteMode | None = None) -> RetrievalSettings:
         window=settings.CHATRAG_REWRITE_WINDOW,
         max_queries=settings.CHATRAG_REWRITE_MAX_QUERIES,
         max_query_chars=settings.CHATRAG_REWRITE_MAX_QUERY_CHARS,
-        original_weight=settings.CHATRAG_SEARCH_ORIGINAL_WEIGHT,
+        query_weights={
+            **RetrievalSettings().query_weights,
+            "original": settings.CHATRAG_SEARCH_ORIGINAL_WEIGHT,
+        },
         fusion=fusion,
         rrf_k=settings.CHATRAG_SEARCH_RRF_K,
         passages=settings.CHATRAG_SEARCH_PASSAGES,
@@ -95,15 +100,15 @@ def chat_model() -> ChatModel | None:
     )
 
 
-def scope_for_user(*, user: AbstractBaseUser | AnonymousUser, collection: Collection) -> Scope:
+def scope_for_user(*, user: User | AnonymousUser, collection: Collection) -> Scope:
     """What this authenticated user may read: public documents plus their groups' documents."""
     if not user.is_authenticated:
         raise PermissionError("search needs an authenticated user")
-    group_ids = tuple(user.groups.values_list("id", flat=True))  # type: ignore[union-attr]
+    assert isinstance(user, User)
     return Scope(
         collection_id=collection.id,
-        group_ids=group_ids,
-        see_everything=bool(getattr(user, "is_superuser", False)),
+        group_ids=tuple(user.groups.values_list("id", flat=True)),
+        see_everything=user.is_superuser,
     )
 
 
@@ -115,11 +120,39 @@ def glossary_for(*, collection: Collection) -> list[GlossaryValue]:
     ]
 
 
+def query_embedder_for(*, collection: Collection) -> Embedder | None:
+    """The embedder, or None when the collection's vectors come from another model.
+
+    Mixing vectors of two models would rank nonsense; the full-text leg still answers until
+    the collection is re-ingested.
+    """
+    embedder = get_embedder()
+    if collection.embedding_model and collection.embedding_model != embedder.name:
+        return None
+    return embedder
+
+
 def default_collection() -> Collection:
     collection, _ = Collection.objects.get_or_create(
         slug=Collection.DEFAULT_SLUG, defaults={"name": "Company knowledge base"}
     )
     return collection
+
+
+_CHUNK_COUNTS: dict[int, tuple[float, int]] = {}
+
+
+def _chunk_count(conn: Any, collection_id: int, max_age: float = 60.0) -> int:
+    """How many chunks a collection has; cached a minute (it only informs term weights)."""
+    cached = _CHUNK_COUNTS.get(collection_id)
+    if cached is not None and time.monotonic() - cached[0] < max_age:
+        return cached[1]
+    row = conn.execute(
+        "SELECT count(*) FROM retrieval_chunk WHERE collection_id = %s", [collection_id]
+    ).fetchone()
+    count = int(row[0]) if row else 0
+    _CHUNK_COUNTS[collection_id] = (time.monotonic(), count)
+    return count
 
 
 class VocabularyLexicon:
@@ -164,13 +197,8 @@ class VocabularyLexicon:
                             [self.collection_id, list(set(corrections.values()))],
                         ).fetchall()
                     )
-            n_chunks = conn.execute(
-                "SELECT count(*) FROM retrieval_chunk WHERE collection_id = %s",
-                [self.collection_id],
-            ).fetchone()
-        return LexiconView(
-            df=df, n_chunks=int(n_chunks[0]) if n_chunks else 0, corrections=corrections
-        )
+            n_chunks = _chunk_count(conn, self.collection_id)
+        return LexiconView(df=df, n_chunks=n_chunks, corrections=corrections)
 
 
 def known_names_for(user: Any) -> Sequence[str]:

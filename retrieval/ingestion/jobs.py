@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -15,7 +15,7 @@ from .services import documents_ingest, sources_from_paths
 
 
 def ingestion_job_create(
-    *, collection: Collection, paths: list[Path], user: AbstractBaseUser | None = None
+    *, collection: Collection, paths: list[Path], user: User | None = None
 ) -> IngestionJob:
     """Record a job and enqueue it once the transaction commits (the worker must see it)."""
     from retrieval.tasks import ingest_job

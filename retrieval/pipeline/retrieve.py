@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from .fusion import FusionStrategy, MergedHit, cut_passages, merge_results
@@ -37,7 +37,18 @@ class RetrievalSettings:
     window: int = 6
     max_queries: int = 3
     max_query_chars: int = 300
-    original_weight: float = 0.5
+    # Fusion weight per query type; the user's own words weigh less than a good rewrite and a
+    # hypothetical answer (HyDE) less than a query (Onyx uses 1.3 / 1.0 / 0.5 likewise).
+    query_weights: Mapping[str, float] = field(
+        default_factory=lambda: {
+            "normalize": 1.0,
+            "expand": 1.0,
+            "decompose": 1.0,
+            "multi_query": 1.0,
+            "hyde": 0.7,
+            "original": 0.5,
+        }
+    )
     fusion: FusionStrategy = "rrf"
     rrf_k: int = 60
     passages: int = 6
@@ -107,15 +118,15 @@ def _baseline_rewrite(inp: RewriteInput, mode: RewriteMode) -> RewriteResult:
 
 
 def search_queries(
-    rewrite: RewriteResult, original: str, original_weight: float
+    rewrite: RewriteResult, original: str, weights: Mapping[str, float]
 ) -> list[SearchQuery]:
-    """The rewritten queries plus the user's own words as a low-weight safety net."""
-    queries = list(rewrite.queries)
+    """The rewritten queries, weighted by type, plus the user's own words as a safety net."""
     if rewrite.backend in {"none", "last-turn"}:
-        return queries
+        return list(rewrite.queries)
+    queries = [replace(q, weight=weights.get(q.type, q.weight)) for q in rewrite.queries]
     if any(normalize(q.text) == normalize(original) for q in queries):
         return queries
-    return [*queries, SearchQuery(original, "original", weight=original_weight)]
+    return [*queries, SearchQuery(original, "original", weight=weights.get("original", 0.5))]
 
 
 async def retrieve(
@@ -125,7 +136,7 @@ async def retrieve(
     glossary: Sequence[Any],
     scope: Scope,
     engine: SearchEngine,
-    embedder: QueryEmbedder,
+    embedder: QueryEmbedder | None,
     lexicon: LexiconFetcher,
     settings: RetrievalSettings,
     model: ChatModel | None = None,
@@ -161,13 +172,16 @@ async def retrieve(
     rewrite = await _rewrite(inp, settings, lexicon, model, errors)
     timings["rewrite"] = _ms(t)
 
-    queries = search_queries(rewrite, masked_question, settings.original_weight)
+    queries = search_queries(rewrite, masked_question, settings.query_weights)
     t = time.perf_counter()
-    try:
-        vectors = await asyncio.to_thread(embedder.embed_queries, [q.text for q in queries])
-    except Exception as exc:  # any embedder failure: fall back to full-text only below
-        errors.append(f"embedding failed: {exc}")
-        vectors = []
+    vectors: list[list[float]] = []
+    if embedder is None:
+        errors.append("vector search off: the collection was embedded with another model")
+    else:
+        try:
+            vectors = await asyncio.to_thread(embedder.embed_queries, [q.text for q in queries])
+        except Exception as exc:  # any embedder failure: fall back to full-text only below
+            errors.append(f"embedding failed: {exc}")
     timings["embed"] = _ms(t)
 
     t = time.perf_counter()

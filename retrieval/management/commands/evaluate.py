@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
@@ -30,7 +30,7 @@ def _modes(raw: str) -> list[RewriteMode]:
             raise CommandError(
                 f"unknown rewrite mode {name!r}: choose from {', '.join(REWRITE_MODES)}"
             )
-        modes.append(name)  # type: ignore[arg-type]
+        modes.append(cast(RewriteMode, name))
     return modes
 
 
