@@ -9,6 +9,7 @@ COPY conversations ./conversations
 COPY retrieval ./retrieval
 RUN pip install --no-cache-dir .
 COPY . .
+RUN for po in locale/*/LC_MESSAGES/django.po; do msgfmt --check -o "${po%.po}.mo" "$po"; done
 RUN useradd --create-home app && chown -R app /app
 USER app
 EXPOSE 8000

@@ -7,16 +7,22 @@ export CHATRAG_DEBUG ?= 1
 
 .PHONY: run test lint format typecheck bench evaluate db-stop clean
 
+# Translations are compiled from the committed .po files (needs gettext's msgfmt).
+MO := $(patsubst %.po,%.mo,$(wildcard locale/*/LC_MESSAGES/django.po))
+locale/%/LC_MESSAGES/django.mo: locale/%/LC_MESSAGES/django.po
+	@command -v msgfmt >/dev/null || { echo "msgfmt not found: install gettext (apt-get install gettext / brew install gettext)"; exit 1; }
+	msgfmt --check -o $@ $<
+
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $@
 
-run: $(VENV)/.installed
+run: $(VENV)/.installed $(MO)
 	$(PY) -m chatrag.devserver
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed $(MO)
 	$(PY) -m chatrag.devdb start
 	$(PY) -m pytest $(PYTEST_ARGS)
 

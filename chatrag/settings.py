@@ -51,6 +51,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "chatrag.middleware.SecurityHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -123,8 +124,15 @@ else:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_postgres.core.PostgresChannelLayer",
-            # Must be a complete database dict, or get_channel_layer() returns None.
-            "CONFIG": {**_db},
+            # Must be a complete database dict, or get_channel_layer() returns None / fails.
+            "CONFIG": {
+                "USER": "",
+                "PASSWORD": "",
+                "HOST": "",
+                "PORT": "",
+                "TIME_ZONE": None,
+                **_db,
+            },
         }
     }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CHATRAG_CELERY_EAGER", False)

@@ -27,12 +27,15 @@ from retrieval.pipeline.types import LexiconView
 def database_conninfo() -> str:
     """A libpq conninfo for the database Django uses now (the test database in tests)."""
     db = connection.settings_dict
+    # dj-database-url puts a Unix-socket host given as ?host=... into OPTIONS.
+    options = db.get("OPTIONS") or {}
+    port = db.get("PORT") or options.get("port")
     parts: dict[str, Any] = {
         "dbname": db["NAME"],
         "user": db.get("USER") or None,
         "password": db.get("PASSWORD") or None,
-        "host": db.get("HOST") or None,
-        "port": str(db["PORT"]) if db.get("PORT") else None,
+        "host": db.get("HOST") or options.get("host") or None,
+        "port": str(port) if port else None,
     }
     return make_conninfo("", **{k: v for k, v in parts.items() if v})
 
