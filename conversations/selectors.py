@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
@@ -10,7 +10,7 @@ from conversations.models import Conversation, Feedback, Message
 from retrieval.models import Chunk, Document
 
 
-def conversation_list(*, user: AbstractBaseUser, search: str = "") -> QuerySet[Conversation]:
+def conversation_list(*, user: User, search: str = "") -> QuerySet[Conversation]:
     """The user's conversations, newest first, optionally filtered by title or content."""
     qs = Conversation.objects.filter(owner=user)
     if search:
@@ -18,7 +18,7 @@ def conversation_list(*, user: AbstractBaseUser, search: str = "") -> QuerySet[C
     return qs
 
 
-def conversation_get(*, user: AbstractBaseUser, conversation_id: int) -> Conversation:
+def conversation_get(*, user: User, conversation_id: int) -> Conversation:
     """The conversation if this user owns it; 404 otherwise (never another user's data)."""
     try:
         return Conversation.objects.get(pk=conversation_id, owner=user)
@@ -26,7 +26,7 @@ def conversation_get(*, user: AbstractBaseUser, conversation_id: int) -> Convers
         raise Http404("conversation not found") from exc
 
 
-def message_get(*, user: AbstractBaseUser, message_id: int) -> Message:
+def message_get(*, user: User, message_id: int) -> Message:
     """A message of one of this user's conversations; 404 otherwise."""
     try:
         return Message.objects.select_related("conversation").get(
@@ -54,14 +54,14 @@ def history_before(*, message: Message, limit: int) -> list[Message]:
     return list(reversed(list(qs)))
 
 
-def document_readable(*, user: AbstractBaseUser, document_id: int) -> Document:
+def document_readable(*, user: User, document_id: int) -> Document:
     """A document this user may read (public, shares a group, or superuser); 404 otherwise.
 
     The same rule as search's `Scope`: a document without groups is public.
     """
     qs = Document.objects.all()
     if not getattr(user, "is_superuser", False):
-        group_ids = list(user.groups.values_list("id", flat=True))  # type: ignore[attr-defined]
+        group_ids = list(user.groups.values_list("id", flat=True))
         qs = qs.filter(Q(groups__isnull=True) | Q(groups__in=group_ids)).distinct()
     try:
         return qs.get(pk=document_id)
@@ -74,7 +74,7 @@ def document_chunks(*, document: Document) -> list[Chunk]:
     return list(document.chunks.order_by("position").only("id", "position", "heading", "text"))
 
 
-def feedback_values(*, user: AbstractBaseUser, message_ids: list[int]) -> dict[int, int]:
+def feedback_values(*, user: User, message_ids: list[int]) -> dict[int, int]:
     """This user's thumbs (1 or -1) on the given answers, by message id."""
     return dict(
         Feedback.objects.filter(user=user, message_id__in=message_ids).values_list(

@@ -1,0 +1,207 @@
+"""What the chat pages render, built from stored rows without I/O (unit-testable).
+
+- Text from users, documents and the model stays text: citations, `**bold**` and glossary
+  highlights are split into segments here and marked up by the templates, which escape them.
+- A stored trace is reshaped like the live `rewrite` frame, so one partial renders both.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from conversations.models import Message, TurnTrace
+
+# `**bold**` (the documents are Markdown) and `[n]` citations; nothing else is interpreted.
+_INLINE = re.compile(r"\*\*(?P<bold>[^*\n]+?)\*\*|\[(?P<cite>\d{1,3})\]")
+
+QUERY_TYPE_LABELS = {
+    "normalize": gettext_lazy("reformulada"),
+    "expand": gettext_lazy("expandida"),
+    "decompose": gettext_lazy("decomposta"),
+    "multi_query": gettext_lazy("variação"),
+    "hyde": gettext_lazy("hipótese (HyDE)"),
+    "original": gettext_lazy("suas palavras"),
+}
+BACKEND_LABELS = {
+    "rules": gettext_lazy("regras e glossário"),
+    "llm": gettext_lazy("modelo de linguagem"),
+    "none": gettext_lazy("sem reescrita"),
+    "last-turn": gettext_lazy("pergunta anterior + atual"),
+}
+
+
+def chat_labels() -> dict[str, Any]:
+    """The texts chat.js shows, translated for the current request (passed as JSON)."""
+    return {
+        "states": {
+            "pending": _("Pesquisando nos documentos…"),
+            "streaming": _("Escrevendo a resposta…"),
+            "stopped": _("Resposta interrompida."),
+            "error": _(
+                "Não foi possível responder agora. Sua mensagem foi guardada; tente de novo."
+            ),
+        },
+        "queryTypes": QUERY_TYPE_LABELS,
+        "backends": BACKEND_LABELS,
+        "weight": _("peso"),
+        "untitled": _("Sem título"),
+        "newConversation": _("Nova conversa"),
+        "rename": _("Renomear “%(title)s”"),
+        "delete": _("Excluir “%(title)s”"),
+        "copied": _("Copiado."),
+        "copyFailed": _("Não foi possível copiar."),
+        "feedbackSaved": _("Obrigado pelo retorno."),
+        "feedbackFailed": _("Não foi possível registrar o retorno."),
+        "noResponse": _("Sem resposta do servidor. Recarregue a página."),
+    }
+
+
+# --- view models ------------------------------------------------------------------------------
+
+
+@dataclass
+class Segment:
+    """A piece of text: plain, a citation of source `cite`, bold, or a highlighted expansion."""
+
+    text: str
+    cite: int = 0
+    strong: bool = False
+    mark: bool = False
+
+
+@dataclass
+class TurnView:
+    """One user message and the answer to it, ready for `conversations/_turn.html`."""
+
+    user: Message | None
+    answer: Message | None = None
+    trace: dict[str, Any] | None = None
+    segments: list[Segment] = field(default_factory=list)
+    feedback: int = 0
+
+    @property
+    def state(self) -> str:
+        """pending (no answer yet), streaming, or the answer's final status."""
+        if self.answer is not None:
+            return str(self.answer.status)
+        if self.user is not None and self.user.status == Message.Status.ERROR:
+            return "error"
+        if self.user is not None and self.user.status == Message.Status.RECEIVED:
+            return "pending"
+        return "complete"
+
+
+def text_segments(text: str, *, source_count: int = 0) -> list[Segment]:
+    """Split text into plain runs, `**bold**` runs and `[n]` citations of existing sources."""
+    segments: list[Segment] = []
+    position = 0
+    for match in _INLINE.finditer(text):
+        bold, cite = match.group("bold"), match.group("cite")
+        if cite is not None and not 1 <= int(cite) <= source_count:
+            continue
+        if match.start() > position:
+            segments.append(Segment(text[position : match.start()]))
+        if bold is not None:
+            segments.append(Segment(bold, strong=True))
+        else:
+            segments.append(Segment(match.group(0), cite=int(cite)))
+        position = match.end()
+    if position < len(text):
+        segments.append(Segment(text[position:]))
+    return segments
+
+
+@dataclass
+class ChunkView:
+    id: int
+    heading: str
+    segments: list[Segment]
+
+
+def highlight_segments(text: str, phrases: list[str]) -> list[Segment]:
+    """Split `text` so that each occurrence of a phrase (ignoring case) is a marked segment."""
+    wanted = sorted({p for p in phrases if p.strip()}, key=len, reverse=True)
+    if not wanted:
+        return [Segment(text)]
+    pattern = re.compile("|".join(re.escape(p) for p in wanted), re.IGNORECASE)
+    segments: list[Segment] = []
+    position = 0
+    for match in pattern.finditer(text):
+        if match.start() > position:
+            segments.append(Segment(text[position : match.start()]))
+        segments.append(Segment(match.group(0), mark=True))
+        position = match.end()
+    if position < len(text):
+        segments.append(Segment(text[position:]))
+    return segments
+
+
+def trace_view(trace: TurnTrace | None, *, question: str) -> dict[str, Any] | None:
+    """The stored rewrite of a turn in the shape of the live `rewrite` frame.
+
+    Stored queries are the masked ones (traces never hold raw personal data); the queries
+    actually searched, with the user's own words last, are in `search`, else in `rewrite`.
+    """
+    if trace is None or not trace.rewrite:
+        return None
+    rewrite: dict[str, Any] = trace.rewrite
+    searched = (trace.search or {}).get("queries") or rewrite.get("queries") or []
+    glossary = [
+        {"term": str(h.get("term", "")), "expansion": str(h.get("expansion", ""))}
+        for h in rewrite.get("glossary_hits") or []
+    ]
+    expansions = [g["expansion"] for g in glossary]
+    clarification = rewrite.get("clarification") if rewrite.get("needs_clarification") else None
+    backend = str(rewrite.get("backend") or "")
+    return {
+        "original": question,
+        "backend": backend,
+        "backend_label": BACKEND_LABELS.get(backend, backend),
+        "model": rewrite.get("model") or "",
+        "queries": [
+            {
+                "text": str(q.get("text", "")),
+                "type": str(q.get("type", "")),
+                "label": QUERY_TYPE_LABELS.get(str(q.get("type", "")), str(q.get("type", ""))),
+                "weight": q.get("weight"),
+                "segments": highlight_segments(str(q.get("text", "")), expansions),
+            }
+            for q in searched
+        ],
+        "glossary": glossary,
+        "corrections": sorted((rewrite.get("corrections") or {}).items()),
+        "notes": [str(n) for n in rewrite.get("notes") or []],
+        "anomalies": [str(a) for a in rewrite.get("anomalies") or []],
+        "errors": [str(e) for e in trace.errors or []],
+        "clarification": clarification,
+    }
+
+
+def build_turns(messages_in_order: list[Message], feedback: dict[int, int]) -> list[TurnView]:
+    """Pair each user message with its answer, in conversation order."""
+    turns: list[TurnView] = []
+    by_user: dict[int, TurnView] = {}
+    for message in messages_in_order:
+        if message.role == Message.Role.USER:
+            turn = TurnView(user=message)
+            try:
+                stored_trace: TurnTrace | None = message.trace
+            except TurnTrace.DoesNotExist:
+                stored_trace = None
+            turn.trace = trace_view(stored_trace, question=message.text)
+            by_user[message.id] = turn
+            turns.append(turn)
+            continue
+        owner = by_user.get(message.reply_to_id or 0)
+        if owner is None or owner.answer is not None:
+            owner = TurnView(user=None)
+            turns.append(owner)
+        owner.answer = message
+        owner.segments = text_segments(message.text, source_count=len(message.sources))
+        owner.feedback = feedback.get(message.id, 0)
+    return turns
