@@ -114,27 +114,31 @@ else:
     # No extra server: Celery uses kombu's filesystem transport, Channels the database.
     _broker_dir = VAR_DIR / "celery-broker"
     CELERY_BROKER_URL = "filesystem://"
+    # kombu creates none of these folders itself.
+    for _folder in ("queue", "processed", "control"):
+        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
     INSTALLED_APPS.append("channels_postgres")
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_postgres.core.PostgresChannelLayer",
-            # Must be a complete database dict, or get_channel_layer() returns None / fails.
-            "CONFIG": {
-                "USER": "",
-                "PASSWORD": "",
-                "HOST": "",
-                "PORT": "",
-                "TIME_ZONE": None,
-                **_db,
-            },
-        }
+    # Must be a complete database dict, or get_channel_layer() returns None / fails.
+    _layer_db: dict[str, Any] = {
+        "USER": "",
+        "PASSWORD": "",
+        "HOST": "",
+        "PORT": "",
+        "TIME_ZONE": None,
+        **_db,
     }
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_postgres.core.PostgresChannelLayer", "CONFIG": _layer_db}
+    }
+    # channels_postgres deletes group rows through this hard-coded alias: the same database.
+    DATABASES["channels_postgres"] = {**_layer_db}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CHATRAG_CELERY_EAGER", False)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
