@@ -166,7 +166,8 @@ class VocabularyLexicon:
         self.collection_id = collection_id
 
     def __call__(self, words: set[str]) -> LexiconView:
-        wanted = sorted(w for w in words if w)[:200]
+        # The whole window rarely passes a few hundred words; the cap only bounds abuse.
+        wanted = sorted(w for w in words if w)[:2000]
         if not wanted:
             return LexiconView()
         with self.engine.pool.connection() as conn:

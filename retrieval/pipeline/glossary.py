@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from retrieval.pipeline.text import Token, normalize, token_spans
+from retrieval.pipeline.text import ALL_STOPWORDS, Token, normalize, token_spans
 from retrieval.pipeline.types import GlossaryEntry, GlossaryHit
 
 
@@ -24,39 +24,61 @@ class _Match:
     entry: GlossaryEntry
 
 
-def _words_with_spans(text: str) -> list[Token]:
+@dataclass(frozen=True)
+class _Word:
+    token: Token
+    inside_left: bool = False  # joined by a hyphen to the word before
+    inside_right: bool = False  # joined by a hyphen to the word after
+
+
+def _words_with_spans(text: str) -> list[_Word]:
     """Split tokens on hyphens so "home-office" and "home office" give the same words."""
-    words: list[Token] = []
+    words: list[_Word] = []
     for token in token_spans(text):
-        if "-" not in token.text:
-            words.append(token)
-            continue
+        parts = token.text.split("-")
         offset = token.start
-        for part in token.text.split("-"):
+        for index, part in enumerate(parts):
             if part:
-                words.append(Token(part, normalize(part), offset, offset + len(part)))
+                piece = Token(part, normalize(part), offset, offset + len(part))
+                words.append(_Word(piece, index > 0, index < len(parts) - 1))
             offset += len(part) + 1
     return words
 
 
 def _term_words(term: str) -> tuple[str, ...]:
-    return tuple(w.norm for w in _words_with_spans(term))
+    return tuple(w.token.norm for w in _words_with_spans(term))
+
+
+def _is_plain_word(token: Token) -> bool:
+    """Tell whether a lower-case token is an everyday word ("uma", "ir", "va").
+
+    An acronym such as "UMA" or "IR" then matches only when written in capitals.
+    """
+    return not token.text.isupper() and token.norm in ALL_STOPWORDS
 
 
 def _find_matches(text: str, entries: Iterable[GlossaryEntry]) -> list[_Match]:
     """Return non-overlapping matches, preferring the longest, then the leftmost."""
     words = _words_with_spans(text)
-    norms = [w.norm for w in words]
+    norms = [w.token.norm for w in words]
     candidates: list[_Match] = []
     for entry in entries:
         pattern = _term_words(entry.term)
         size = len(pattern)
         if not size:
             continue
+        acronym = entry.term.isupper()
         for i in range(len(norms) - size + 1):
-            if tuple(norms[i : i + size]) == pattern:
-                last = i + size - 1
-                candidates.append(_Match(i, last, words[i].start, words[last].end, entry))
+            last = i + size - 1
+            if tuple(norms[i : i + size]) != pattern:
+                continue
+            # "vale" must not match inside "vale-refeição"; "home office" may cover all of
+            # "home-office".
+            if words[i].inside_left or words[last].inside_right:
+                continue
+            if acronym and size == 1 and _is_plain_word(words[i].token):
+                continue
+            candidates.append(_Match(i, last, words[i].token.start, words[last].token.end, entry))
     candidates.sort(key=lambda m: (-(m.last - m.first), m.first))
     taken: set[int] = set()
     chosen: list[_Match] = []
@@ -90,8 +112,8 @@ def find_glossary_hits(
 
 def _contains_phrase(text: str, phrase: str) -> bool:
     """Tell whether the words of `phrase` occur in `text` as a run of whole words."""
-    haystack = [w.norm for w in _words_with_spans(text)]
-    needle = [w.norm for w in _words_with_spans(phrase)]
+    haystack = [w.token.norm for w in _words_with_spans(text)]
+    needle = [w.token.norm for w in _words_with_spans(phrase)]
     if not needle:
         return True
     size = len(needle)

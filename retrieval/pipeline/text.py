@@ -38,10 +38,10 @@ class Token:
 
 def normalize(s: str) -> str:
     """Return `s` decomposed (NFKD), without accents, case-folded."""
-    # "°" is a common stand-in for "º" (13° salário).
-    decomposed = unicodedata.normalize("NFKD", s.replace("°", "º"))
-    stripped = "".join(c for c in decomposed if not unicodedata.combining(c))
-    return stripped.casefold()
+    # "°" is a common stand-in for "º" (13° salário). Case-folding before decomposing
+    # keeps the result stable: "İ" folds to "i" plus a combining dot, stripped here.
+    decomposed = unicodedata.normalize("NFKD", s.replace("°", "º").casefold())
+    return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
 
 
 def is_placeholder(token: str) -> bool:
@@ -96,13 +96,15 @@ funciona funcionam funcionamento regra regras quero queria gostaria saber sabe
 diga diz dizer explica explique explicar informa informe informar ajuda ajude ajudar
 favor obrigado obrigada oi ola bom boa tudo certo ok entendi entao beleza
 existe existem algo alguem coisa coisas caso exemplo tipo forma maneira jeito
-acontece acontecer aplica aplicam mim
+acontece acontecer aplica aplicam mim ah nossa legal bacana hmm acho achei pensando
+perguntando perguntar tentando
+q qnd qdo qto qnto qnta qntos qntas vc vcs pq tb tbm td msm n hj
 """
 _COMMON_ES = """
 a al de del la las el los lo un una unos unas en por para con sin sobre entre hasta
 desde tras contra y ni pero sino que si porque pues como cuando donde mientras
 aunque entonces ya aun tambien solo mas menos muy mucho mucha muchos muchas poco poca
-bien mal no si yo tu el ella nosotros nosotras vosotros ellos ellas usted ustedes me te
+bien mal no si yo tu ti el ella nosotros nosotras vosotros ellos ellas usted ustedes me te
 se le nos les mi mis tu tus su sus nuestro nuestra nuestros nuestras
 eso esto aquello ese esa esos esas este esta estos estas aquel aquella aquellos
 aquellas mismo misma mismos mismas otro otra otros otras todo toda todos todas
@@ -117,7 +119,8 @@ cual cuales cuanto cuanta cuantos cuantas quien quienes funciona funcionan
 funcionamiento regla reglas quiero quisiera gustaria saber sabe dime digame decir
 explica explicame explicar informa informar ayuda ayudame ayudar favor gracias hola
 bueno buena ok entiendo existe existen algo alguien cosa cosas caso ejemplo tipo
-forma manera pasa pasar sucede aplica aplican mi
+forma manera pasa pasar sucede aplica aplican mi ah vaya genial creo pienso preguntando
+preguntar intentando q pq xq tb tmb
 """
 _COMMON_EN = """
 a an the of to in on at by for with without from into onto about over under between
@@ -135,7 +138,9 @@ own same other such again further once ever
 _FILLER_EN = """
 tell please know want like need explain show give say help thanks thank hi hello
 hey ok okay great sure really anything something thing things way kind sort get got
-happens happen work works mean meant one ones
+happens happen work works mean meant one ones oh wow yeah yep hmm cool nice interesting
+awesome haha lol able wonder wondering curious think thinking guess suppose ask asking
+asked try trying whenever
 """
 
 STOPWORDS: dict[str, frozenset[str]] = {

@@ -1,0 +1,288 @@
+"""Language cues that tell whether a turn leans on the conversation (pt, es, en).
+
+Words are in normalised form (no accents, case-folded) unless a name says "surface": a
+few Portuguese and Spanish words differ from a verb only by an accent ("esta"/"está").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from retrieval.pipeline.text import LANGUAGES, Token
+
+_LANGS: tuple[str, ...] = LANGUAGES
+
+
+def _set(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
+# Pronouns and demonstratives that point back at something said before.
+ANAPHORS: dict[str, frozenset[str]] = {
+    "pt": _set(
+        "isso isto aquilo disso disto daquilo nisso nisto naquilo esse essa esses essas desse "
+        "dessa desses dessas nesse nessa nesses nessas deste desta destes destas neste nesta "
+        "nestes nestas aquele aquela aqueles aquelas daquele daquela naquele naquela ele ela "
+        "eles elas dele dela deles delas nele nela neles nelas"
+    ),
+    "es": _set(
+        "eso esto aquello ese esa esos esas aquel aquella aquellos aquellas ella ellos ellas "
+        "alli alla ahi"
+    ),
+    "en": _set(
+        "it its itself they them their theirs themselves he him his she her hers these those"
+    ),
+}
+# Demonstratives that are also verb forms without their accent: count them only as
+# determiners, written without the accent and followed by a content word ("esta regra").
+DETERMINERS_SURFACE: dict[str, frozenset[str]] = {
+    "pt": _set("este esta estes estas"),
+    "es": _set("este esta estos estas"),
+    "en": frozenset(),  # "this" has its own rule below
+}
+# "esta semana", "this week": deictic time, not a reference to the conversation.
+_TIME_WORDS = _set(
+    "week weekend month year semester quarter time morning afternoon evening today "
+    "semana mes ano semestre trimestre vez momento manha tarde noite manana noche"
+)
+SURFACE_ANAPHORS: dict[str, frozenset[str]] = {
+    "pt": _set("lá"),
+    "es": _set("él"),
+    "en": frozenset(),
+}
+# Two-word references: "o mesmo", "lo mismo", "the same".
+ANAPHOR_PHRASES: dict[str, tuple[tuple[str, str], ...]] = {
+    "pt": (("o", "mesmo"), ("a", "mesma"), ("os", "mesmos"), ("as", "mesmas"), ("mesma", "coisa")),
+    "es": (("lo", "mismo"), ("la", "misma"), ("los", "mismos"), ("las", "mismas")),
+    "en": (("the", "same"), ("the", "former"), ("the", "latter")),
+}
+# Words that, ending a clause, leave out what they refer to ("...pedir demissão no meio").
+DANGLING: dict[str, frozenset[str]] = {
+    "pt": _set("meio durante depois antes"),
+    "es": _set("medio durante despues antes"),
+    "en": _set("during middle afterwards after before"),
+}
+_CLITIC_RE: dict[str, re.Pattern[str]] = {
+    "pt": re.compile(r"\w-(?:lo|la|los|las|lhe|lhes)$"),
+    "es": re.compile(r"\w{2,}[aei]r(?:se)?(?:lo|la|los|las)$"),
+    "en": re.compile(r"(?!)"),  # English has no clitics
+}
+# "It" that refers to nothing: "is it possible to...", "is it worth...".
+_EXPLETIVE_NEXT = _set(
+    "possible worth true necessary important ok okay safe better best hard easy required "
+    "recommended mandatory allowed normal common legal advisable enough"
+)
+_BE = _set("is are was were be been being isn't aren't wasn't weren't exist exists seem seems")
+# Words after which "that" is a pronoun rather than a conjunction: "about that", "does that".
+_THAT_PRONOUN_AFTER = _set(
+    "is was are about of for with do does did on in to by from after before like than and "
+    "or mean means use using"
+)
+
+# Turn openers that continue the previous question: "e para PJ?", "y en Chile?".
+OPENERS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "pt": (
+        ("e",),
+        ("mas", "e"),
+        ("quanto", "a"),
+        ("quanto", "ao"),
+        ("quanto", "aos"),
+        ("quanto", "as"),
+        ("tambem",),
+        ("e", "quanto"),
+        ("e", "se"),
+        ("mas", "e", "se"),
+        ("e", "no", "caso"),
+        ("e", "em", "caso"),
+    ),
+    "es": (
+        ("y",),
+        ("pero", "y"),
+        ("en", "cuanto"),
+        ("que", "tal"),
+        ("tambien",),
+        ("y", "si"),
+        ("pero", "y", "si"),
+        ("y", "en", "caso"),
+    ),
+    "en": (
+        ("and",),
+        ("what", "about"),
+        ("how", "about"),
+        ("what", "if"),
+        ("also",),
+        ("but", "what"),
+        ("same", "for"),
+        ("and", "if"),
+        ("but", "if"),
+    ),
+}
+# Openers of a hypothetical ("e se eu estiver de férias?"): they always continue.
+_HYPOTHETICAL = frozenset({"se", "si", "if", "caso"})
+# Phrases that ask about the previous topic without naming it ("muda alguma coisa se...").
+_CONTINUATIONS: tuple[tuple[str, ...], ...] = (
+    ("muda", "alguma", "coisa"),
+    ("muda", "algo"),
+    ("vale", "tambem"),
+    ("tambem", "vale"),
+    ("cambia", "algo"),
+    ("aplica", "tambien"),
+    ("tambien", "aplica"),
+    ("anything", "change"),
+    ("anything", "different"),
+    ("any", "difference"),
+    ("also", "apply"),
+    ("still", "apply"),
+    ("apply", "too"),
+)
+# Leading chatter skipped before looking for an opener: "ok, e para PJ?".
+_LEAD_FILLER = _set(
+    "ok okay so then great thanks entendi certo beleza bueno vale perfeito perfecto"
+)
+# Explicit topic changes: "mudando de assunto", "changing the subject".
+_SWITCH_VERBS = _set("mudando mudar trocando cambiando cambiar changing change switching switch")
+_SWITCH_NOUNS = _set("assunto tema subject topic topics")
+_SWITCH_PHRASES = (
+    ("outra", "pergunta"),
+    ("outra", "duvida"),
+    ("nova", "pergunta"),
+    ("outro", "assunto"),
+    ("otra", "pregunta"),
+    ("otra", "duda"),
+    ("nueva", "pregunta"),
+    ("otro", "tema"),
+    ("another", "question"),
+    ("new", "question"),
+    ("different", "question"),
+    ("unrelated",),
+    ("another", "topic"),
+    ("different", "topic"),
+)
+# Words that open a question or a clause with its own verb, after "e"/"y"/"and" or ",".
+QUESTION_STARTERS: dict[str, frozenset[str]] = {
+    "pt": _set(
+        "como qual quais quanto quanta quantos quantas quando onde quem porque oque posso "
+        "pode podem devo preciso precisa tenho tem existe existem se"
+    ),
+    "es": _set(
+        "como cual cuales cuanto cuanta cuantos cuantas cuando donde quien porque puedo "
+        "puede pueden debo necesito necesita tengo tiene hay existe si"
+    ),
+    "en": _set(
+        "how what when where which who whom why can could do does did is are was were should "
+        "will would if may must"
+    ),
+}
+# Two-word starters: "o que", "por que", "lo que", "por qué".
+QUESTION_STARTER_PAIRS = frozenset({("o", "que"), ("por", "que"), ("lo", "que"), ("que", "es")})
+CONJUNCTIONS = _set("e y and")
+
+
+def _langs(lang: str | None) -> tuple[str, ...]:
+    return (lang,) if lang in _LANGS else _LANGS
+
+
+def _is_expletive_it(words: Sequence[str], i: int) -> bool:
+    after = set(words[i + 1 : i + 4])
+    return bool(after & _EXPLETIVE_NEXT)
+
+
+def _is_pronoun_that(words: Sequence[str], i: int) -> bool:
+    if i == len(words) - 1 or i == 0:
+        return True
+    return words[i - 1] in _THAT_PRONOUN_AFTER
+
+
+def _is_locative_there(words: Sequence[str], i: int) -> bool:
+    nxt = words[i + 1] if i + 1 < len(words) else ""
+    prev = words[i - 1] if i else ""
+    return nxt not in _BE and prev not in _BE
+
+
+def _is_same_phrase(words: Sequence[str], i: int, code: str, content: frozenset[str]) -> bool:
+    """ "o mesmo vale para PJ?" points back; "recebem o mesmo salário" does not."""
+    if i + 1 >= len(words) or (words[i], words[i + 1]) not in ANAPHOR_PHRASES[code]:
+        return False
+    return i + 2 >= len(words) or words[i + 2] not in content
+
+
+def find_anaphors(tokens: Sequence[Token], lang: str | None, content: frozenset[str]) -> list[int]:
+    """Return the positions of words that refer back to something said before."""
+    words = [t.norm for t in tokens]
+    found: list[int] = []
+    for i, token in enumerate(tokens):
+        word, surface = words[i], token.text.casefold()
+        nxt = words[i + 1] if i + 1 < len(words) else ""
+        for code in _langs(lang):
+            if code == "en" and word == "it" and _is_expletive_it(words, i):
+                continue
+            hit = (
+                word in ANAPHORS[code]
+                or surface in SURFACE_ANAPHORS[code]
+                or (surface in DETERMINERS_SURFACE[code] and nxt in content - _TIME_WORDS)
+                or (code == "en" and word == "this" and nxt not in _TIME_WORDS)
+                or (code == "en" and word == "that" and _is_pronoun_that(words, i))
+                or (code == "en" and word == "there" and _is_locative_there(words, i))
+                or bool(_CLITIC_RE[code].search(word))
+                or _is_same_phrase(words, i, code, content)
+                or any(tuple(words[i : i + len(p)]) == p for p in _CONTINUATIONS)
+                or (i == len(words) - 1 and i > 0 and word in DANGLING[code])
+            )
+            if hit:
+                found.append(i)
+                break
+    return found
+
+
+def strip_lead_filler(tokens: Sequence[Token]) -> list[Token]:
+    """Drop chatter such as "ok," or "entendi," at the start of a turn."""
+    rest = list(tokens)
+    while len(rest) > 1 and rest[0].norm in _LEAD_FILLER:
+        rest = rest[1:]
+    return rest
+
+
+def opener_length(tokens: Sequence[Token], lang: str | None) -> int:
+    """Return how many leading words form a continuation opener ("e", "what about"), or 0."""
+    rest = strip_lead_filler(tokens)
+    skipped = len(tokens) - len(rest)
+    words = tuple(t.norm for t in rest)
+    best = 0
+    for code in _langs(lang):
+        for opener in OPENERS[code]:
+            if words[: len(opener)] == opener and len(opener) > best:
+                # Portuguese "é" (is) normalises to "e" (and): only the bare "e" opens.
+                if opener[0] == "e" and rest[0].text.casefold() != "e":
+                    continue
+                best = len(opener)
+    return skipped + best if best else 0
+
+
+def is_hypothetical(tokens: Sequence[Token], opener: int) -> bool:
+    """Tell whether the opener ends in "se"/"si"/"if": "e se...", "what if...", "y si..."."""
+    return 0 < opener <= len(tokens) and tokens[opener - 1].norm in _HYPOTHETICAL
+
+
+def is_topic_switch(tokens: Sequence[Token]) -> bool:
+    """Tell whether the user says they are changing the subject."""
+    words = [t.norm for t in tokens]
+    present = set(words)
+    if present & _SWITCH_VERBS and present & _SWITCH_NOUNS:
+        return True
+    for phrase in _SWITCH_PHRASES:
+        size = len(phrase)
+        if any(tuple(words[i : i + size]) == phrase for i in range(len(words) - size + 1)):
+            return True
+    return False
+
+
+def starts_clause(tokens: Sequence[Token], lang: str | None) -> bool:
+    """Tell whether the words open a question or clause of their own ("como pido", "what is")."""
+    if not tokens:
+        return False
+    first = tokens[0].norm
+    second = tokens[1].norm if len(tokens) > 1 else ""
+    if (first, second) in QUESTION_STARTER_PAIRS:
+        return True
+    return any(first in QUESTION_STARTERS[code] for code in _langs(lang))

@@ -1,0 +1,129 @@
+"""Slots a follow-up can fill with a new value: "e para PJ?" replaces "CLT" (pt, es, en).
+
+A new value of a slot replaces the old one when a topic is carried over, so "y en Chile?"
+after "vacaciones en España" searches Chile, not España.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from retrieval.pipeline.text import Token, normalize
+
+_SLOT_WORDS: dict[str, str] = {
+    "audience": """
+        clt pj estagiario estagiaria estagio funcionario funcionaria empregado empregada
+        colaborador colaboradora terceirizado prestador autonomo aprendiz temporario trainee
+        gestor gerente lider diretor executivo cooperado efetivo
+        empleado empleada trabajador trabajadora becario becaria practicante pasante
+        contratista consultor jefe director ejecutivo
+        employee worker staff contractor intern internship freelancer consultant manager
+        executive apprentice temp trainee
+    """,
+    "work_mode": """
+        remoto remota presencial hibrido hibrida teletrabalho teletrabajo homeoffice
+        remote onsite on-site hybrid in-office home-office
+    """,
+    "scope": """
+        nacional internacional domestico exterior estrangeiro extranjero domestic
+        international abroad overseas
+    """,
+    "place": """
+        brasil brazil espana spain chile mexico argentina colombia peru portugal uruguai
+        uruguay paraguai paraguay bolivia equador ecuador venezuela eua usa canada alemanha
+        alemania germany franca francia france italia italy india china japao japon japan
+        inglaterra england irlanda ireland holanda netherlands uk panama guatemala
+        madrid barcelona santiago lisboa lisbon bogota lima londres london
+    """,
+    "family": """
+        conjuge esposa esposo marido companheiro companheira filho filha dependente
+        enteado hijo hija pareja spouse husband wife partner child children kid
+        son daughter dependent
+    """,
+    "parent": """
+        pai mae paternidade maternidade padre madre paternidad maternidad father mother
+        paternity maternity
+    """,
+    "hours": "meio-periodo part-time full-time",
+    "month": """
+        janeiro fevereiro marco abril maio junho julho agosto setembro outubro novembro
+        dezembro enero febrero marzo mayo junio julio septiembre octubre noviembre diciembre
+        january february march april june july august september october november december
+    """,
+}
+_SLOT_PHRASES: dict[tuple[str, ...], str] = {
+    ("home", "office"): "work_mode",
+    ("estados", "unidos"): "place",
+    ("united", "states"): "place",
+    ("reino", "unido"): "place",
+    ("sao", "paulo"): "place",
+    ("buenos", "aires"): "place",
+    ("rio", "de", "janeiro"): "place",
+    ("cidade", "do", "mexico"): "place",
+    ("meio", "periodo"): "hours",
+    ("tempo", "parcial"): "hours",
+    ("tempo", "integral"): "hours",
+    ("medio", "tiempo"): "hours",
+    ("tiempo", "completo"): "hours",
+    ("pessoa", "juridica"): "audience",
+    ("fora", "do", "pais"): "scope",
+    ("fora", "do", "brasil"): "scope",
+    ("fuera", "del", "pais"): "scope",
+    ("pessoa", "fisica"): "audience",
+}
+_YEAR_RE = re.compile(r"^(?:19|20)\d\d$")
+
+
+def _stem(word: str) -> str:
+    """Fold plurals so "estagiários", "colaboradores", "contractors" find their slot."""
+    if len(word) > 4 and word.endswith("es") and word[-3] in "rlnzd":
+        return word[:-2]
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
+
+
+_SLOT_OF: dict[str, str] = {
+    word: slot for slot, words in _SLOT_WORDS.items() for word in normalize(words).split()
+}
+
+
+def slot_of(word: str) -> str | None:
+    """Return the slot of one normalised word, or None."""
+    if _YEAR_RE.match(word):
+        return "year"
+    slot = _SLOT_OF.get(word)
+    return slot if slot is not None else _SLOT_OF.get(_stem(word))
+
+
+def _phrase_spans(
+    words: Sequence[str], phrases: Mapping[tuple[str, ...], str], taken: set[int]
+) -> list[tuple[int, int, str]]:
+    spans: list[tuple[int, int, str]] = []
+    for phrase, slot in sorted(phrases.items(), key=lambda item: -len(item[0])):
+        size = len(phrase)
+        for i in range(len(words) - size + 1):
+            if tuple(words[i : i + size]) == phrase and not taken & set(range(i, i + size)):
+                spans.append((i, i + size - 1, slot))
+                taken.update(range(i, i + size))
+    return spans
+
+
+def slot_spans(
+    tokens: Sequence[Token], extra: Mapping[tuple[str, ...], str] | None = None
+) -> list[tuple[int, int, str]]:
+    """Return (first, last, slot) for each slot value in the tokens, longest phrases first.
+
+    `extra` adds slots of the caller's own, such as glossary terms by area; a word may
+    fill one built-in slot and one of those ("CLT": audience and a glossary area).
+    """
+    words = [t.norm for t in tokens]
+    taken: set[int] = set()
+    spans = _phrase_spans(words, _SLOT_PHRASES, taken)
+    for i, word in enumerate(words):
+        single = slot_of(word)
+        if single and i not in taken:
+            spans.append((i, i, single))
+    spans += _phrase_spans(words, extra or {}, set())
+    return sorted(spans)

@@ -1,0 +1,389 @@
+"""Unit tests for the rule-based rewriter (pure: an in-test corpus stands in for the database)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from retrieval.pipeline.rewrite_rules import lexicon_words, rewrite_with_rules
+from retrieval.pipeline.text import normalize, token_spans
+from retrieval.pipeline.types import (
+    GlossaryEntry,
+    HistoryMessage,
+    LexiconView,
+    RewriteInput,
+    RewriteResult,
+)
+
+# A tiny knowledge base in the three languages; only its word statistics are used.
+CORPUS = [
+    "O reembolso de despesas de viagem é pago em até 10 dias após a aprovação do gestor.",
+    "Funcionários CLT pedem reembolso de despesas pelo portal com nota fiscal.",
+    "Prestadores de serviço pessoa jurídica (PJ) cobram despesas por nota de débito.",
+    "O vale-refeição (VR) é pago por dia útil trabalhado.",
+    "No trabalho remoto o VR é mantido integralmente.",
+    "Estagiários recebem VR proporcional à jornada.",
+    "O valor do VR e do VA segue a convenção coletiva.",
+    "As férias podem ser divididas em até três períodos.",
+    "O pedido de demissão durante as férias encerra o período de descanso.",
+    "O 13º salário é pago em duas parcelas, em novembro e dezembro.",
+    "O plano de saúde cobre cônjuge e filhos como dependentes.",
+    "É possível parcelar a coparticipação do plano de saúde em três vezes.",
+    "O auxílio home office é de R$ 150 por mês para quem trabalha em casa.",
+    "O banco de horas deve ser compensado em seis meses.",
+    "A licença maternidade é de 180 dias.",
+    "A licença paternidade é de 20 dias.",
+    "A empresa paga o salário no quinto dia útil do mês.",
+    "O gestor aprova a solicitação no portal em até dois dias.",
+    "En España tienes 23 días laborables de vacaciones al año.",
+    "En Chile las vacaciones son de 15 días hábiles.",
+    "En México las vacaciones aumentan con la antigüedad.",
+    "El anticipo de nómina se pide en el portal antes del día 15.",
+    "El seguro médico privado cubre a la pareja y a los hijos.",
+    "El ticket restaurante se carga los días de teletrabajo.",
+    "La indemnización por despido improcedente es de 33 días por año.",
+    "La empresa paga la nómina el último día del mes.",
+    "Employees claim travel expenses through the expense portal within 30 days.",
+    "Contractors invoice their travel expenses monthly.",
+    "The per diem for domestic travel is 50 dollars a day.",
+    "The per diem for international travel depends on the country.",
+    "Interns are not eligible for the annual bonus.",
+    "Remote employees receive a home office allowance every month.",
+    "The company pays salaries on the last day of the month.",
+    "Huntington's disease is inherited; there is no cure, only treatment.",
+]
+GLOSSARY = (
+    GlossaryEntry("VR", "vale-refeição", "beneficios"),
+    GlossaryEntry("VA", "vale-alimentação", "beneficios"),
+    GlossaryEntry("PJ", "pessoa jurídica", "contratacao"),
+    GlossaryEntry("CLT", "Consolidação das Leis do Trabalho", "contratacao"),
+    GlossaryEntry("home", "trabalho remoto"),
+    GlossaryEntry("13º", "décimo terceiro salário", "remuneracao"),
+)
+
+
+def lexicon_from(texts: Sequence[str], corrections: Mapping[str, str] | None = None) -> LexiconView:
+    """Count, like the database does, in how many texts each normalised word appears."""
+    df: Counter[str] = Counter()
+    for text in texts:
+        words = {t.norm for t in token_spans(text)}
+        words |= {part for word in words for part in word.split("-") if part}
+        df.update(words)
+    return LexiconView(df=dict(df), n_chunks=len(texts), corrections=dict(corrections or {}))
+
+
+LEXICON = lexicon_from(CORPUS)
+
+
+def rewrite(
+    question: str,
+    *history: str,
+    lexicon: LexiconView = LEXICON,
+    **options: object,
+) -> RewriteResult:
+    """Rewrite `question` after alternating user/assistant `history` messages."""
+    messages = tuple(
+        HistoryMessage("user" if i % 2 == 0 else "assistant", text)
+        for i, text in enumerate(history)
+    )
+    inp = RewriteInput(question, messages, GLOSSARY, **options)  # type: ignore[arg-type]
+    return rewrite_with_rules(inp, lexicon)
+
+
+def texts(result: RewriteResult) -> list[str]:
+    return [q.text for q in result.queries]
+
+
+def words(text: str) -> set[str]:
+    return {t.norm for t in token_spans(text)}
+
+
+def test_self_contained_question_is_kept_as_asked() -> None:
+    result = rewrite("quantos dias de férias posso dividir?")
+    assert result.backend == "rules"
+    assert texts(result) == ["quantos dias de férias posso dividir?"]
+    assert result.queries[0].type == "normalize"
+    assert not result.needs_clarification
+    assert any("self-contained" in note for note in result.notes)
+
+
+def test_glossary_expands_vr_and_home() -> None:
+    result = rewrite("regra do VR no home")
+    assert texts(result) == ["regra do VR (vale-refeição) no home (trabalho remoto)"]
+    assert result.queries[0].type == "expand"
+    assert result.queries[0].area == "beneficios"
+    assert [(h.term, h.source) for h in result.glossary_hits] == [
+        ("VR", "question"),
+        ("home", "question"),
+    ]
+    assert "glossary: VR -> vale-refeição (question)" in result.notes
+
+
+def test_glossary_term_carried_from_history_is_expanded_and_marked() -> None:
+    result = rewrite("e para estagiários?", "como funciona o VR?", "O VR é pago por dia útil.")
+    assert texts(result) == ["VR (vale-refeição) para estagiários"]
+    assert [(h.term, h.source) for h in result.glossary_hits] == [("VR", "history")]
+
+
+def test_follow_up_for_pj_carries_the_topic_and_replaces_the_audience() -> None:
+    result = rewrite(
+        "e para quem é PJ?",
+        "como funciona o reembolso de despesas para funcionários CLT?",
+        "Funcionários CLT pedem o reembolso pelo portal, com nota fiscal, em até 30 dias.",
+    )
+    [query] = result.queries
+    assert {"reembolso", "despesas", "pj"} <= words(query.text)
+    assert not {"clt", "funcionarios"} & words(query.text)
+    assert "pessoa jurídica" in query.text
+    assert query.type == "expand"
+    assert any("carried 'reembolso de despesas' from user turn -1" in n for n in result.notes)
+    assert any("replaced 'funcionários CLT' by 'PJ'" in n for n in result.notes)
+
+
+def test_follow_up_takes_the_topic_from_the_user_not_the_long_assistant_reply() -> None:
+    reply = "O VR é pago por dia útil, inclusive no trabalho remoto, e o gestor aprova no portal."
+    result = rewrite("e para estagiários?", "como funciona o VR?", reply)
+    [query] = result.queries
+    assert {"vr", "estagiarios"} <= words(query.text)
+    assert not {"gestor", "portal", "remoto"} & words(query.text)
+
+
+def test_spanish_follow_up_replaces_the_country() -> None:
+    result = rewrite(
+        "y en Chile?",
+        "cuántos días de vacaciones tengo en España",
+        "En España tienes 23 días laborables de vacaciones al año.",
+    )
+    [query] = result.queries
+    assert {"vacaciones", "chile"} <= words(query.text)
+    assert "espana" not in words(query.text)
+
+
+def test_english_follow_up_for_contractors() -> None:
+    result = rewrite(
+        "and for contractors?",
+        "how do employees claim travel expenses?",
+        "Employees claim travel expenses through the expense portal within 30 days.",
+        language="en",
+    )
+    [query] = result.queries
+    assert {"travel", "expenses", "contractors"} <= words(query.text)
+    assert "employees" not in words(query.text)
+
+
+def test_english_pronoun_is_replaced_by_the_topic() -> None:
+    result = rewrite("Any cures for it?", "Is Huntington's disease inherited?", "Yes, it is.")
+    assert texts(result) == ["Any cures for Huntington disease inherited"]
+
+
+def test_pronoun_resolved_inside_the_turn_needs_no_history() -> None:
+    question = "Speaking about the per diem, how is it paid?"
+    result = rewrite(question, "how do employees claim travel expenses?", "Through the portal.")
+    assert texts(result) == [question]
+
+
+def test_hypothetical_follow_up_keeps_its_condition() -> None:
+    result = rewrite("e se eu estiver de férias?", "como peço demissão?", "Pelo portal.")
+    [query] = result.queries
+    assert query.text == "demissão se eu estiver de férias"
+
+
+def test_vague_turn_borrows_the_previous_topic() -> None:
+    result = rewrite("qual o prazo?", "como funciona o reembolso de despesas?", "Pelo portal.")
+    assert {"prazo", "reembolso", "despesas"} <= words(texts(result)[0])
+
+
+def test_short_question_about_a_facet_borrows_the_topic() -> None:
+    # "parcelar" is rare in the corpus, but "posso parcelar?" asks about the topic at hand.
+    result = rewrite("posso parcelar?", "como funciona a coparticipação?", "Você paga 30%.")
+    assert texts(result) == ["posso parcelar coparticipação"]
+
+
+def test_short_question_naming_something_new_stands_alone() -> None:
+    result = rewrite("quando cai o 13º?", "como funciona a coparticipação?", "Você paga 30%.")
+    assert texts(result) == ["quando cai o 13º (décimo terceiro salário)?"]
+
+
+def test_glossary_terms_of_one_area_replace_each_other() -> None:
+    result = rewrite("e o VA?", "qual o valor do VR?", "O VR é de R$ 40 por dia.")
+    [query] = result.queries
+    assert {"valor", "va"} <= words(query.text)
+    assert "vr" not in words(query.text)
+
+
+def test_chained_follow_ups_keep_the_newest_value() -> None:
+    result = rewrite(
+        "e qual o limite?",
+        "como funciona o reembolso de despesas para CLT?",
+        "Pelo portal.",
+        "e para PJ?",
+        "Por nota de débito.",
+    )
+    [query] = result.queries
+    assert {"reembolso", "despesas", "pj", "limite"} <= words(query.text)
+    assert "clt" not in words(query.text)
+
+
+def test_topic_switch_keeps_the_new_question_alone() -> None:
+    result = rewrite(
+        "quantas parcelas tem o 13º salário?",
+        "como funciona o reembolso de despesas?",
+        "O reembolso é pago em até 10 dias.",
+    )
+    assert texts(result) == ["quantas parcelas tem o 13º (décimo terceiro salário) salário?"]
+    assert not any("carried" in note for note in result.notes)
+
+
+def test_explicit_change_of_subject_never_carries() -> None:
+    result = rewrite(
+        "mudando de assunto, e isso vale para o banco de horas?",
+        "como funciona o reembolso de despesas?",
+        "Pelo portal.",
+    )
+    assert "reembolso" not in words(texts(result)[0])
+
+
+def test_multi_topic_question_is_split_and_the_second_part_borrows_the_first() -> None:
+    result = rewrite("como funciona férias e o que acontece se eu pedir demissão no meio")
+    assert [q.type for q in result.queries] == ["decompose", "decompose"]
+    first, second = texts(result)
+    assert first == "como funciona férias"
+    assert {"demissao", "meio", "ferias"} <= words(second)
+    assert "split into 2 questions" in result.notes
+
+
+def test_multi_topic_split_in_spanish_and_english() -> None:
+    spanish = rewrite("¿cuántos días de vacaciones tengo y cómo pido un anticipo?")
+    assert texts(spanish) == ["cuántos días de vacaciones tengo", "cómo pido un anticipo"]
+    english = rewrite("how do I claim travel expenses and what is the per diem?", language="en")
+    assert texts(english) == ["how do I claim travel expenses", "what is the per diem"]
+
+
+def test_coordinated_nouns_under_one_question_stay_one_query() -> None:
+    result = rewrite("qual o valor do vale-refeição e do vale-alimentação?")
+    assert texts(result) == ["qual o valor do vale-refeição e do vale-alimentação?"]
+
+
+def test_reference_to_nothing_asks_for_clarification_in_the_users_language() -> None:
+    result = rewrite("e isso?")
+    assert result.needs_clarification
+    assert result.clarification is not None
+    assert result.clarification.question.startswith("Pode dar mais detalhes?")
+    assert texts(result) == ["e isso?"]  # the search still runs
+    spanish = rewrite("¿y eso cuánto es?")
+    assert spanish.clarification is not None
+    assert spanish.clarification.question.startswith("¿Puede dar más detalles?")
+
+
+def test_clarification_offers_the_users_earlier_questions() -> None:
+    result = rewrite("e isso?", "tenho uma dúvida", "Claro!", "oi de novo", "Olá!")
+    assert result.needs_clarification
+    assert result.clarification is not None
+    assert result.clarification.options == ("oi de novo", "tenho uma dúvida")
+
+
+def test_short_self_contained_queries_are_not_clarified() -> None:
+    for question in ("férias", "regra do VR", "reembolso de despesas"):
+        assert not rewrite(question).needs_clarification
+
+
+def test_typo_is_corrected_from_the_corpus() -> None:
+    lexicon = lexicon_from(CORPUS, {"reembolco": "reembolso"})
+    result = rewrite("como funciona o reembolço de despesas?", lexicon=lexicon)
+    assert result.corrections == {"reembolco": "reembolso"}
+    assert texts(result) == ["como funciona o reembolso de despesas?"]
+    assert "spelling: 'reembolco' -> 'reembolso'" in result.notes
+
+
+def test_glossary_terms_numbers_placeholders_and_word_forms_are_never_corrected() -> None:
+    corrections = {
+        "pj": "pe",
+        "2031": "2030",
+        "[EMAIL_1]": "email",
+        "ganho": "ganha",  # another form of the same verb
+        "demitido": "emitido",  # a real word the corpus lacks, not a typo
+    }
+    lexicon = lexicon_from(CORPUS, corrections)
+    question = "PJ ganho VR em 2031 se for demitido? mande para [EMAIL_1]"
+    result = rewrite(question, lexicon=lexicon)
+    assert result.corrections == {}
+    assert texts(result)[0].startswith("PJ (pessoa jurídica) ganho VR")
+
+
+def test_max_queries_and_max_chars_are_respected() -> None:
+    question = (
+        "como peço férias? e como funciona o reembolso de despesas? "
+        "e qual o valor do VR? e quando cai o 13º?"
+    )
+    result = rewrite(question, max_queries=2, max_query_chars=40)
+    assert len(result.queries) == 2
+    assert all(len(q.text) <= 40 for q in result.queries)
+    assert rewrite(question, max_queries=0).queries == []
+
+
+def test_queries_are_deduplicated() -> None:
+    result = rewrite("Como peço férias? como peço FÉRIAS?")
+    assert texts(result) == ["Como peço férias"]
+
+
+def test_works_without_corpus_statistics() -> None:
+    result = rewrite(
+        "e para PJ?",
+        "como funciona o reembolso de despesas?",
+        "Pelo portal.",
+        lexicon=LexiconView(),
+    )
+    assert {"reembolso", "despesas", "pj"} <= words(texts(result)[0])
+
+
+def test_lexicon_words_cover_question_and_window() -> None:
+    inp = RewriteInput(
+        "e o home-office?",
+        (
+            HistoryMessage("user", "Como funciona o Reembolso?"),
+            HistoryMessage("assistant", "Pelo portal."),
+        ),
+    )
+    words = lexicon_words(inp)
+    assert words >= {"home-office", "home", "office", "reembolso"}
+    assert not words & {"como", "funciona", "o", "e"}
+    assert "portal" not in words  # assistant replies are never read
+
+
+def test_lexicon_words_are_capped_with_the_question_first() -> None:
+    long_turn = " ".join(f"palavra{i}" for i in range(300))
+    inp = RewriteInput("reembolso de despesas", (HistoryMessage("user", long_turn),))
+    words = lexicon_words(inp)
+    assert len(words) == 200
+    assert {"reembolso", "despesas"} <= words
+
+
+_message = st.builds(HistoryMessage, st.sampled_from(["user", "assistant"]), st.text(max_size=200))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    question=st.text(max_size=200),
+    history=st.lists(_message, max_size=6),
+    max_queries=st.integers(min_value=0, max_value=4),
+    max_chars=st.integers(min_value=1, max_value=300),
+    language=st.sampled_from([None, "pt", "es", "en", "fr"]),
+)
+def test_never_raises_and_respects_limits(
+    question: str,
+    history: list[HistoryMessage],
+    max_queries: int,
+    max_chars: int,
+    language: str | None,
+) -> None:
+    inp = RewriteInput(question, tuple(history), GLOSSARY, max_queries, max_chars, None, language)
+    for lexicon in (LEXICON, LexiconView()):
+        result = rewrite_with_rules(inp, lexicon)
+        assert len(result.queries) <= max_queries
+        assert all(0 < len(q.text) <= max_chars for q in result.queries)
+        keys = [" ".join(normalize(q.text).split()) for q in result.queries]
+        assert len(keys) == len(set(keys))
+        lexicon_words(inp)
