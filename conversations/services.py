@@ -61,9 +61,7 @@ def message_store_user(*, conversation: Conversation, text: str) -> Message:
     return message
 
 
-def feedback_set(
-    *, message: Message, user: User, value: int, reason: str = ""
-) -> Feedback:
+def feedback_set(*, message: Message, user: User, value: int, reason: str = "") -> Feedback:
     """Record (or change) a user's thumbs up/down on an assistant answer."""
     if value not in (1, -1):
         raise InvalidMessage("feedback must be 1 or -1")

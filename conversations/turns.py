@@ -9,9 +9,10 @@ stored, and a reload shows it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -256,6 +257,8 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
     live = LIVE.setdefault(message_id, LiveTurn(user_message_id=message_id))
     timings: dict[str, float] = {}
     ctx: TurnContext | None = None
+    streaming: Message | None = None  # the answer row while it is being written
+    emit = _never_raising(emit, message_id)
     try:
         ctx = await _load(message_id)
         language = answer_language(ctx.question)
@@ -295,7 +298,7 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
             return
 
         cards = _source_cards(outcome.passages, outcome.masker.unmask)
-        answer = await _create_answer(ctx.message, Message.Status.STREAMING, "", cards)
+        answer = streaming = await _create_answer(ctx.message, Message.Status.STREAMING, "", cards)
         live.assistant_message_id = answer.id
         await emit(
             {"type": "sources", "message_id": answer.id, "reply_to": message_id, "sources": cards}
@@ -311,6 +314,7 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
         )
         final, _cited = clean_citations(outcome.masker.unmask(text), len(passages))
         await _save_answer(answer, text=final, status=status, error=error, extractive=extractive)
+        streaming = None
         timings["to_done"] = since()
         await emit(
             {
@@ -335,10 +339,16 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
             }
         )
         if ctx is not None:
-            await _save_trace(
-                ctx.message, None, [f"turn failed: {exc.__class__.__name__}: {exc}"[:500]]
-            )
-            await _mark_user_message(ctx.message, Message.Status.ERROR)
+            failure = f"turn failed: {exc.__class__.__name__}: {exc}"[:500]
+            try:
+                if streaming is not None:  # never leave an answer "streaming" for good
+                    await _save_answer(
+                        streaming, text=live.text, status=Message.Status.ERROR, error=failure
+                    )
+                await _save_trace(ctx.message, None, [failure])
+                await _mark_user_message(ctx.message, Message.Status.ERROR)
+            except Exception:  # e.g. the conversation was deleted meanwhile
+                logger.exception("turn %s: could not record the failure", message_id)
     finally:
         LIVE.pop(message_id, None)
 
@@ -380,7 +390,8 @@ async def _answer(
         last_save = time.perf_counter()
         try:
             pending = ""  # a placeholder like "[EMAIL_1]" may arrive split over pieces
-            async for raw in ctx.model.stream(messages, timeout=settings.CHATRAG_LLM_TIMEOUT):
+            pieces = ctx.model.stream(messages, timeout=settings.CHATRAG_LLM_TIMEOUT)
+            async for raw in _until_stopped(pieces, live.stop):
                 if live.stop.is_set():
                     return live.text, Message.Status.STOPPED, False, ""
                 ready, pending = split_unfinished_placeholder(pending + raw)
@@ -392,6 +403,8 @@ async def _answer(
                 if time.perf_counter() - last_save > SAVE_EVERY_S:
                     await _save_answer(answer, text=live.text)
                     last_save = time.perf_counter()
+            if live.stop.is_set():
+                return live.text, Message.Status.STOPPED, False, ""
             if pending:
                 live.text += outcome.masker.unmask(pending)
                 await send(outcome.masker.unmask(pending))
@@ -401,7 +414,7 @@ async def _answer(
         except LLMError as exc:
             error = f"model failed: {exc}"
             if live.text.strip():
-                note = "\n\n(" + _model_failed_note(language) + ")"
+                note = "\n\n(" + _model_cut_note(language) + ")"
                 await send(note)
                 return live.text + note, Message.Status.COMPLETE, False, error
         # No usable model output: fall back to the extractive answer, saying why.
@@ -427,6 +440,43 @@ async def _answer(
     return text, Message.Status.COMPLETE, True, error
 
 
+def _never_raising(emit: Emit, message_id: int) -> Emit:
+    """Wrap `emit`: a failing channel layer, like a dropped socket, must not lose the answer."""
+
+    async def send(event: dict[str, Any]) -> None:
+        try:
+            await emit(event)
+        except Exception as exc:
+            logger.warning(
+                "turn %s: could not send a %s frame: %r", message_id, event.get("type"), exc
+            )
+
+    return send
+
+
+async def _until_stopped(pieces: AsyncIterator[str], stop: asyncio.Event) -> AsyncIterator[str]:
+    """Yield the model's pieces until the user stops, without waiting for a stalled model."""
+    stopped = asyncio.ensure_future(stop.wait())
+    following: asyncio.Future[str] | None = None
+    try:
+        while True:
+            following = asyncio.ensure_future(anext(pieces))
+            await asyncio.wait({following, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not following.done():
+                return
+            try:
+                piece = following.result()
+            except StopAsyncIteration:
+                return
+            yield piece
+    finally:
+        stopped.cancel()
+        if following is not None and not following.done():
+            following.cancel()  # closes the model's HTTP response
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, LLMError):
+                await following
+
+
 def split_unfinished_placeholder(text: str) -> tuple[str, str]:
     """Hold back a trailing "[" run that may be the start of a placeholder like [EMAIL_1]."""
     start = text.rfind("[")
@@ -440,6 +490,13 @@ def _failure_text(language: str) -> str:
         "es": "No fue posible responder ahora. Tu mensaje quedó guardado; inténtalo de nuevo.",
         "en": "Could not answer right now. Your message is saved; please try again shortly.",
     }.get(language, "Não foi possível responder agora. Sua mensagem foi guardada; tente de novo.")
+
+
+def _model_cut_note(language: str) -> str:
+    return {
+        "es": "La respuesta del modelo se interrumpió; el texto de arriba puede estar incompleto.",
+        "en": "The model's answer was cut off; the text above may be incomplete.",
+    }.get(language, "A resposta do modelo foi interrompida; o texto acima pode estar incompleto.")
 
 
 def _model_failed_note(language: str) -> str:
