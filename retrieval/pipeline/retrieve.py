@@ -19,6 +19,7 @@ from .glossary import find_glossary_hits
 from .llm import ChatModel
 from .masking import Masker, MaskingConfig
 from .rewrite_llm import rewrite_with_llm
+from .rewrite_rules import lexicon_words, rewrite_with_rules
 from .search import Scope, SearchEngine, SearchParams, SearchRequest
 from .text import normalize
 from .types import HistoryMessage, LexiconView, RewriteInput, RewriteResult, SearchQuery
@@ -226,8 +227,6 @@ async def _rewrite(
 ) -> RewriteResult:
     if settings.mode in {"none", "last-turn"}:
         return _baseline_rewrite(inp, settings.mode)
-
-    from .rewrite_rules import lexicon_words, rewrite_with_rules
 
     def rules() -> RewriteResult:
         try:
