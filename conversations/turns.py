@@ -35,7 +35,12 @@ from retrieval.pipeline.answer import (
 )
 from retrieval.pipeline.fusion import MergedHit
 from retrieval.pipeline.llm import ChatModel, LLMError
-from retrieval.pipeline.retrieve import RetrievalOutcome, RetrievalSettings, retrieve
+from retrieval.pipeline.retrieve import (
+    RetrievalOutcome,
+    RetrievalSettings,
+    RewriteAnnouncement,
+    retrieve,
+)
 from retrieval.pipeline.search import Scope, SearchEngine
 from retrieval.pipeline.types import GlossaryEntry, HistoryMessage
 from retrieval.services import (
@@ -147,9 +152,11 @@ def _source_cards(
     return cards
 
 
-def _rewrite_frame(outcome: RetrievalOutcome, question: str, message_id: int) -> dict[str, Any]:
-    unmask = outcome.masker.unmask
-    rewrite = outcome.rewrite
+def _rewrite_frame(
+    announced: RewriteAnnouncement, question: str, message_id: int
+) -> dict[str, Any]:
+    unmask = announced.masker.unmask
+    rewrite = announced.rewrite
     return {
         "type": "rewrite",
         "message_id": message_id,
@@ -158,7 +165,7 @@ def _rewrite_frame(outcome: RetrievalOutcome, question: str, message_id: int) ->
         "model": rewrite.model,
         "queries": [
             {"text": unmask(q.text), "type": q.type, "weight": q.weight, "area": q.area}
-            for q in outcome.queries
+            for q in announced.queries
         ],
         "glossary": [{"term": h.term, "expansion": h.expansion} for h in rewrite.glossary_hits],
         "corrections": rewrite.corrections,
@@ -172,7 +179,7 @@ def _rewrite_frame(outcome: RetrievalOutcome, question: str, message_id: int) ->
             if rewrite.needs_clarification and rewrite.clarification
             else None
         ),
-        "errors": outcome.errors,
+        "errors": announced.errors,
     }
 
 
@@ -262,6 +269,13 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
     try:
         ctx = await _load(message_id)
         language = answer_language(ctx.question)
+        question = ctx.question
+
+        async def announce(announced: RewriteAnnouncement) -> None:
+            # The user sees what will be searched before the searches run.
+            await emit(_rewrite_frame(announced, question, message_id))
+            timings["to_rewrite_frame"] = since()
+
         outcome = await retrieve(
             question=ctx.question,
             history=ctx.history,
@@ -274,9 +288,8 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
             model=ctx.model,
             known_names=ctx.known_names,
             language=language,
+            on_rewrite=announce,
         )
-        await emit(_rewrite_frame(outcome, ctx.question, message_id))
-        timings["to_rewrite_frame"] = since()
         await _save_trace(ctx.message, outcome, outcome.errors)
 
         rewrite = outcome.rewrite

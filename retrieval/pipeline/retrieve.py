@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -106,6 +106,16 @@ class RetrievalOutcome:
 LexiconFetcher = Callable[[set[str]], LexiconView]
 
 
+@dataclass(frozen=True)
+class RewriteAnnouncement:
+    """What a turn will search, known before the searches run."""
+
+    rewrite: RewriteResult
+    queries: list[SearchQuery]
+    masker: Masker
+    errors: list[str]
+
+
 def _ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1000, 2)
 
@@ -143,6 +153,7 @@ async def retrieve(
     model: ChatModel | None = None,
     known_names: Sequence[str] = (),
     language: str | None = None,
+    on_rewrite: Callable[[RewriteAnnouncement], Awaitable[None]] | None = None,
 ) -> RetrievalOutcome:
     """Rewrite and search one turn; degrade to searching the question as typed on failure."""
     timings: dict[str, float] = {}
@@ -174,6 +185,8 @@ async def retrieve(
     timings["rewrite"] = _ms(t)
 
     queries = search_queries(rewrite, masked_question, settings.query_weights)
+    if on_rewrite is not None:
+        await on_rewrite(RewriteAnnouncement(rewrite, queries, masker, list(errors)))
     t = time.perf_counter()
     vectors: list[list[float]] = []
     if embedder is None:
