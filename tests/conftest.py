@@ -117,3 +117,9 @@ def _close_search_pools() -> Iterator[None]:
     from retrieval.pipeline.search import close_engines
 
     close_engines()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the browser tests last: Playwright's sync API keeps an event loop running in the
+    main thread for the rest of the session, which pytest-asyncio's tests cannot share."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
