@@ -42,8 +42,25 @@ def main() -> int:
         web = [sys.executable, "-m", "daphne", "-b", host, "-p", port, "chatrag.asgi:application"]
         children.append(subprocess.Popen(web, cwd=BASE_DIR))
         print(f"\nchatrag is running on http://{host}:{port}/  (Ctrl-C stops everything)\n")
-        while all(child.poll() is None for child in children):
-            time.sleep(0.5)
+        # Ctrl-C reaches the children too (same process group); stop on it, or on SIGTERM,
+        # and report a child that died on its own.
+        stopping = False
+
+        def stop(signum: int, frame: object) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        while not stopping and all(child.poll() is None for child in children):
+            time.sleep(0.2)
+        if stopping:
+            print("\nstopping...")
+            return 0
+        name, dead = next(
+            (n, c) for n, c in zip(("worker", "web server"), children) if c.poll() is not None
+        )
+        print(f"\nthe {name} exited ({dead.returncode}); stopping")
         return 1
     except KeyboardInterrupt:
         print("\nstopping...")
