@@ -58,7 +58,9 @@ def main() -> int:
             print("\nstopping...")
             return 0
         name, dead = next(
-            (n, c) for n, c in zip(("worker", "web server"), children) if c.poll() is not None
+            (n, c)
+            for n, c in zip(("worker", "web server"), children, strict=True)
+            if c.poll() is not None
         )
         print(f"\nthe {name} exited ({dead.returncode}); stopping")
         return 1
