@@ -134,6 +134,8 @@ def render_table(reports: dict[str, ModeReport], ks: list[int]) -> str:
         summary = report.summary()
         groups = [("overall", summary["overall"])] + sorted(summary["by_category"].items())
         for name, m in groups:
+            if not m["n"]:  # only clarification tasks: scored by the clarification line
+                continue
             values = [m[f"recall@{k}"] for k in ks] + [m["mrr@10"], m["ndcg@10"]]
             lines.append(
                 f"{mode:<10} {name[:16]:<16} {m['n']:>4} " + " ".join(f"{v:>8.3f}" for v in values)
