@@ -76,7 +76,7 @@ def fulltext_query(text: str, max_terms: int = 32) -> str:
 
 
 _HYBRID_SQL = """
-WITH q AS (
+WITH q AS MATERIALIZED (  -- computed once, not per row; lets the planner use the GIN index
     SELECT websearch_to_tsquery('portuguese', unaccent(%(qtext)s)) AS pt,
            websearch_to_tsquery('spanish', unaccent(%(qtext)s)) AS es,
            websearch_to_tsquery('english', unaccent(%(qtext)s)) AS en,
@@ -189,7 +189,9 @@ class SearchEngine:
             min_size=1,
             max_size=pool_size,
             configure=self._configure,
-            kwargs={"autocommit": True},
+            # No server-side prepared statements: after five runs Postgres would switch to a
+            # generic plan that skips the HNSW index (measured at 100k: 1003 -> ~700 ms p50).
+            kwargs={"autocommit": True, "prepare_threshold": None},
             open=True,
             name="chatrag-search",
         )

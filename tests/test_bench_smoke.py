@@ -1,0 +1,47 @@
+"""The search benchmark still runs end to end (tiny size; no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# Its own seed, so the collection never collides with a real run's (seed 7 by default).
+SMOKE_SEED = "90210"
+VARIANT_LABELS = [
+    "ours: hybrid, 1 statement",
+    "azure: to_tsvector at query time",
+    "two round trips, fused in Python",
+    "3 queries parallel (search_many)",
+    "3 queries sequential",
+    "ours without indexes",
+]
+
+
+def test_benchmark_prints_every_variant(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    # Same server as the tests: the script reads DATABASE_URL, else asks chatrag.devdb.
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_search.py", "--sizes", "300", "--queries", "5"]
+        + ["--seed", SMOKE_SEED, "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "variant" in proc.stdout and "p95 ms" in proc.stdout
+    for label in VARIANT_LABELS:
+        assert label in proc.stdout, label
+    assert "plan of ours at 300 chunks" in proc.stdout and "Scan" in proc.stdout
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert set(report["results"]["300"]["variants"]) == {
+        "ours",
+        "azure",
+        "two_trips",
+        "parallel3",
+        "sequential3",
+        "no_index",
+    }
