@@ -130,9 +130,7 @@ def request_stop(message_id: int) -> bool:
     return True
 
 
-def _source_cards(
-    passages: list[MergedHit], masker_unmask: Callable[[str], str]
-) -> list[dict[str, Any]]:
+def _source_cards(passages: list[MergedHit]) -> list[dict[str, Any]]:
     cards = []
     for number, item in enumerate(passages, start=1):
         hit = item.hit
@@ -310,7 +308,7 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
             await _update_trace_timings(ctx.message, timings, [])
             return
 
-        cards = _source_cards(outcome.passages, outcome.masker.unmask)
+        cards = _source_cards(outcome.passages)
         answer = streaming = await _create_answer(ctx.message, Message.Status.STREAMING, "", cards)
         live.assistant_message_id = answer.id
         await emit(

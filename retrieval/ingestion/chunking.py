@@ -26,7 +26,7 @@ class ChunkDraft:
 
 
 def _pieces(text: str) -> list[str]:
-    """Split text into paragraphs, and overlong paragraphs into sentences."""
+    """Split text into non-empty paragraphs (overlong ones are cut by `_split_long`)."""
     pieces: list[str] = []
     for para in re.split(r"\n\s*\n", text):
         para = para.strip()

@@ -173,10 +173,8 @@ def documents_ingest(
     batch_chunks = 0
     seen: set[str] = set()
     done = 0
-    if collection.embedding_model and collection.embedding_model != embedder.name:
-        # A new model: every document's checksum changes, so all are re-embedded below;
-        # search refuses to mix models until then (see retrieval.search).
-        pass
+    # A new embedding model changes every checksum, so every document is re-embedded below;
+    # until then search keeps the vector leg off (retrieval.services.query_embedder_for).
     existing = {d.external_id: d for d in Document.objects.filter(collection=collection)}
 
     def flush() -> None:
