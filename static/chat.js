@@ -76,7 +76,9 @@
   }
 
   function safeUrl(value) {
-    return typeof value === "string" && value.startsWith("/") && !value.startsWith("//")
+    // A path on this site only: not "javascript:", "//host", a backslash read as "//", or
+    // whitespace and control characters (browsers drop tabs and newlines from URLs).
+    return typeof value === "string" && /^\/(?![\/\\])[^\s\x00-\x1f\x7f]*$/.test(value)
       ? value
       : "#";
   }

@@ -74,7 +74,9 @@ def _safe_referer(request: HttpRequest) -> str:
 def _page_context(
     request: AuthenticatedHttpRequest, current: Conversation | None
 ) -> dict[str, Any]:
-    search = request.GET.get("q", "").strip()[:200]
+    # Printable text only: a NUL would reach PostgreSQL (which refuses it) through icontains.
+    raw = request.GET.get("q", "")[:400]
+    search = "".join(ch for ch in raw if ch.isprintable()).strip()[:200]
     sidebar = list(conversation_list(user=request.user, search=search)[:SIDEBAR_LIMIT])
     return {
         "conversations": sidebar,
@@ -151,6 +153,7 @@ def delete(request: AuthenticatedHttpRequest, conversation_id: int) -> HttpRespo
 
 @require_POST
 @login_required
+@never_cache
 def feedback(request: AuthenticatedHttpRequest, message_id: int) -> JsonResponse:
     """Thumbs up (1) or down (-1) on one of the user's answers, with an optional reason."""
     message = message_get(user=request.user, message_id=message_id)
@@ -171,6 +174,7 @@ def feedback(request: AuthenticatedHttpRequest, message_id: int) -> JsonResponse
 
 @require_GET
 @login_required
+@never_cache
 def document(request: AuthenticatedHttpRequest, document_id: int) -> HttpResponse:
     """A document the user may read, every passage in order, the cited one highlighted."""
     doc = document_readable(user=request.user, document_id=document_id)

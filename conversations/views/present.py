@@ -18,6 +18,7 @@ from conversations.models import Message, TurnTrace
 
 # `**bold**` (the documents are Markdown) and `[n]` citations; nothing else is interpreted.
 _INLINE = re.compile(r"\*\*(?P<bold>[^*\n]+?)\*\*|\[(?P<cite>\d{1,3})\]")
+_SITE_PATH = re.compile(r"/[^\s\x00-\x1f\x7f]*")
 
 QUERY_TYPE_LABELS = {
     "normalize": gettext_lazy("reformulada"),
@@ -82,6 +83,7 @@ class TurnView:
     answer: Message | None = None
     trace: dict[str, Any] | None = None
     segments: list[Segment] = field(default_factory=list)
+    sources: list[dict[str, Any]] = field(default_factory=list)
     feedback: int = 0
 
     @property
@@ -114,6 +116,28 @@ def text_segments(text: str, *, source_count: int = 0) -> list[Segment]:
     if position < len(text):
         segments.append(Segment(text[position:]))
     return segments
+
+
+def safe_path(value: object) -> str:
+    """A link target only when it is a path on this site; anything else links nowhere.
+
+    Escaping keeps markup out of an href but not `javascript:` or `//elsewhere`; browsers
+    also read `/\\host` as `//host` and drop tabs and newlines, so no whitespace is allowed.
+    """
+    if (
+        isinstance(value, str)
+        and _SITE_PATH.fullmatch(value) is not None
+        and value[1:2] not in ("/", "\\")
+    ):
+        return value
+    return "#"
+
+
+def source_cards(sources: object) -> list[dict[str, Any]]:
+    """The stored source cards of an answer, with their links checked."""
+    if not isinstance(sources, list):
+        return []
+    return [{**s, "url": safe_path(s.get("url"))} for s in sources if isinstance(s, dict)]
 
 
 @dataclass
@@ -203,5 +227,6 @@ def build_turns(messages_in_order: list[Message], feedback: dict[int, int]) -> l
             turns.append(owner)
         owner.answer = message
         owner.segments = text_segments(message.text, source_count=len(message.sources))
+        owner.sources = source_cards(message.sources)
         owner.feedback = feedback.get(message.id, 0)
     return turns

@@ -13,7 +13,7 @@ from datetime import date
 from pathlib import Path
 
 from .llm import ChatMessage
-from .text import content_terms, detect_language, normalize
+from .text import content_terms, defang_prompt_markup, detect_language, normalize
 from .types import HistoryMessage
 
 PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
@@ -70,21 +70,32 @@ def build_answer_messages(
     today: date,
     language: str,
 ) -> list[ChatMessage]:
-    """The grounded prompt: instructions, recent conversation for tone, passages, question."""
+    """The grounded prompt: instructions, recent conversation for tone, passages, question.
+
+    Passages, history and question are untrusted: chat-template tokens and the fence tags in
+    them are defanged, so a document or a user cannot close a fence or open a system turn.
+    """
     system = (PROMPT_DIR / "answer_system.txt").read_text(encoding="utf-8")
     system = system.replace("{today}", today.isoformat()).replace("{language}", language)
+    safe = defang_prompt_markup
     blocks = [
-        f"[{p.number}] {p.title}" + (f" — {p.heading}" if p.heading else "") + f"\n{p.text}"
+        f"[{p.number}] {safe(p.title)}"
+        + (f" — {safe(p.heading)}" if p.heading else "")
+        + f"\n{safe(p.text)}"
         for p in passages
     ]
     context = "\n\n".join(blocks) if blocks else "(no passages)"
     messages = [ChatMessage("system", system)]
     for item in history[-4:]:
-        messages.append(ChatMessage(item.role, item.text[:1500]))
+        messages.append(ChatMessage(item.role, safe(item.text[:1500])))
     messages.append(
         ChatMessage(
             "user",
-            "<passages>\n" + context + "\n</passages>\n\n<question>\n" + question + "\n</question>",
+            "<passages>\n"
+            + context
+            + "\n</passages>\n\n<question>\n"
+            + safe(question)
+            + "\n</question>",
         )
     )
     return messages

@@ -34,7 +34,7 @@ from retrieval.pipeline.rewrite_parse import (
     fold,
     parse_rewrite_output,
 )
-from retrieval.pipeline.text import normalize, tokenize
+from retrieval.pipeline.text import defang_prompt_markup, normalize, tokenize
 from retrieval.pipeline.types import (
     GlossaryEntry,
     GlossaryHit,
@@ -61,7 +61,8 @@ def _system_template() -> str:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    # Untrusted text (question, history, glossary) goes into the prompt on one line, defanged.
+    return " ".join(defang_prompt_markup(text).split())
 
 
 def _clip(text: str, max_chars: int) -> str:

@@ -61,6 +61,9 @@ REWRITE_SCHEMA: Final[dict[str, Any]] = {
 }
 
 MAX_CLARIFICATION_OPTIONS: Final = 6
+# An area is a short label ("RH", "Financeiro"); anything longer is cut, like every other field,
+# so no model output, however long, goes on unbounded into traces, pages or searches.
+MAX_AREA_CHARS: Final = 60
 # Candidate JSON starts tried before giving up; bounds the work on long, JSON-free output.
 _MAX_CANDIDATES: Final = 12
 
@@ -265,12 +268,14 @@ def _clean_text(value: object) -> str | None:
     return " ".join(value.split()).strip("\"'` ")
 
 
-def _parse_clarification(value: object) -> Clarification | None:
+def _parse_clarification(value: object, max_chars: int) -> Clarification | None:
     if isinstance(value, str):
         value = {"question": value}
     if not isinstance(value, dict):
         return None
     question = _clean_text(value.get("question"))
+    if question:
+        question = _truncate(question, max_chars)
     if not question:
         return None
     options: list[str] = []
@@ -279,6 +284,8 @@ def _parse_clarification(value: object) -> Clarification | None:
     if isinstance(raw_options, list):
         for item in raw_options:
             option = _clean_text(item)
+            if option:
+                option = _truncate(option, max_chars)
             if option and fold(option) not in seen:
                 seen.add(fold(option))
                 options.append(option)
@@ -305,7 +312,7 @@ def parse_rewrite_output(raw: str, *, max_queries: int, max_query_chars: int) ->
             raw_queries = [{"text": raw_queries, "type": "normalize"}]
         needs_clarification = _as_bool(data.get("needs_clarification", False))
         if needs_clarification:
-            clarification = _parse_clarification(data.get("clarification"))
+            clarification = _parse_clarification(data.get("clarification"), max_query_chars)
             if clarification is None:
                 raise RewriteParseError(
                     "needs_clarification is true but no clarification question given"
@@ -339,7 +346,7 @@ def parse_rewrite_output(raw: str, *, max_queries: int, max_query_chars: int) ->
                 for known in LLM_QUERY_TYPES:
                     if folded_type == known:
                         qtype = known
-            area = _clean_text(item.get("area")) or None
+            area = _truncate(_clean_text(item.get("area")) or "", MAX_AREA_CHARS) or None
             if area is not None and fold(area) in {"null", "none"}:
                 area = None
         else:

@@ -205,3 +205,24 @@ def content_terms(s: str, lang: str | None = None) -> list[str]:
     """
     stopwords = stopwords_for(lang if lang in STOPWORDS else detect_language(s))
     return [t.norm for t in token_spans(s) if is_content_word(t.norm, stopwords)]
+
+
+# Chat-template control tokens (ChatML, Llama 3, Llama 2, Gemma, Phi) and the tags the prompts
+# use to fence passages and the question. In text from users or documents they are inert to a
+# careful server, but some servers parse special tokens inside message content.
+_PROMPT_MARKUP_RE = re.compile(
+    r"<\|[^|<>\n]{0,40}\|>"
+    r"|\[/?INST\]|<</?SYS>>|</?s>|<(?:start|end)_of_turn>"
+    r"|<\s*/?\s*(?:passages|question|system|assistant|user)\s*>",
+    re.IGNORECASE,
+)
+_DEFANG = str.maketrans({"<": "‹", ">": "›", "[": "‹", "]": "›"})
+
+
+def defang_prompt_markup(text: str) -> str:
+    """Make chat-template tokens and the prompts' own fence tags in untrusted text inert.
+
+    They stay readable ("‹|im_start|›", "‹/passages›") but no longer open a turn or close a
+    fence; the result has no such markup left, so defanging twice changes nothing.
+    """
+    return _PROMPT_MARKUP_RE.sub(lambda m: m.group(0).translate(_DEFANG), text)
