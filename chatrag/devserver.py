@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -18,6 +21,56 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 def _manage(*args: str) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=BASE_DIR, check=True)
+
+
+# --- helpers shared with the load script and the tests that run the app as a real server --------
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_web(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
+    """Start daphne on 127.0.0.1:`port` with `env`, its output going to `log`."""
+    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [*command, "chatrag.asgi:application"],
+            cwd=BASE_DIR,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float = 90) -> None:
+    """Wait until `url`/healthz answers 200; raise if the process dies or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the web server exited early ({process.returncode})")
+        try:
+            with urllib.request.urlopen(url + "/healthz", timeout=2) as response:  # noqa: S310
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"the web server did not answer {url}/healthz in {timeout:.0f}s")
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 10) -> None:
+    """Terminate a child, killing it if it does not stop in time."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
 
 
 def main() -> int:
@@ -36,8 +89,15 @@ def main() -> int:
         _manage("migrate", "--verbosity", "0")
         _manage("seed_demo")
         _manage("collectstatic", "--noinput", "--verbosity", "0")
+        # Turns the last run left "in progress" (it was killed mid-answer) are failed now:
+        # the web server started below is the only one.
+        _manage("recover_interrupted", "--all")
         worker = [sys.executable, "-m", "celery", "-A", "chatrag", "worker"]
         worker += ["--loglevel", "WARNING", "--concurrency", "1", "--pool", "solo"]
+        # -B: the one worker also runs beat (the retention purge); production runs its own.
+        var_dir = Path(os.environ.get("CHATRAG_VAR_DIR", BASE_DIR / ".var"))
+        var_dir.mkdir(parents=True, exist_ok=True)
+        worker += ["-B", "--schedule", str(var_dir / "celerybeat-schedule")]
         children.append(subprocess.Popen(worker, cwd=BASE_DIR))
         web = [sys.executable, "-m", "daphne", "-b", host, "-p", port, "chatrag.asgi:application"]
         children.append(subprocess.Popen(web, cwd=BASE_DIR))

@@ -3,31 +3,46 @@
 Frames in: {"type": "open", "conversation": id}, {"type": "message", "conversation": id|null,
 "text": str}, {"type": "stop", "message_id": id}, {"type": "ping"}.
 Frames out: conversation, accepted, rewrite, clarify, sources, delta, done, snapshot, error.
+
+- Parsing and validation are pure (`conversations.frames`); here: authorise, act, send.
+- Every action but ping re-checks the session: a user logged out or deactivated elsewhere
+  loses the socket at the next frame, not at the next reconnect.
+- Another user's id is "not_found", exactly like an id that does not exist.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 from collections import defaultdict, deque
+from importlib import import_module
 from typing import Any
 
+from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.http import Http404
 
 from conversations import turns
+from conversations.frames import (
+    MAX_FRAME_BYTES,
+    FrameError,
+    Open,
+    Ping,
+    Send,
+    Stop,
+    parse_frame,
+)
 from conversations.models import Conversation, Message
 from conversations.selectors import conversation_get
-from conversations.services import (
-    InvalidMessage,
-    clean_user_text,
-    conversation_create,
-    message_store_user,
-)
+from conversations.services import conversation_create, message_store_user
 
-MAX_FRAME_BYTES = 64 * 1024
+__all__ = ["MAX_FRAME_BYTES", "ChatConsumer", "group_name", "rate_limited"]
+
+logger = logging.getLogger(__name__)
 _recent: dict[int, deque[float]] = defaultdict(deque)
 
 
@@ -47,8 +62,57 @@ def rate_limited(user_id: int, *, per_minute: int, now: float | None = None) -> 
     return False
 
 
+RELAY_EVERY_S = 0.1
+_RELAYS: set[asyncio.Task[None]] = set()
+
+
+class GroupRelay:
+    """A turn's frames for the user's other sockets, sent to the group in batches.
+
+    One layer message per delta was, under load, the largest cost on the event loop (with
+    the Postgres layer, a database statement each). The asking socket still gets each frame
+    at once; the others get deltas within RELAY_EVERY_S and every other frame at once, in order.
+    """
+
+    def __init__(self, layer: Any, group: str, origin: str) -> None:
+        self.layer, self.group, self.origin = layer, group, origin
+        self._pending: list[dict[str, Any]] = []
+        self._lock = asyncio.Lock()
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def add(self, event: dict[str, Any]) -> None:
+        self._pending.append(event)
+        if event.get("type") != "delta":
+            await self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(RELAY_EVERY_S, self._flush_later)
+
+    def _flush_later(self) -> None:
+        self._timer = None
+        task = asyncio.ensure_future(self.flush())
+        _RELAYS.add(task)
+        task.add_done_callback(_relayed)
+
+    async def flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        async with self._lock:  # batches leave in the order their frames came
+            events, self._pending = self._pending, []
+            if events:
+                message = {"type": "turn.events", "events": events, "origin": self.origin}
+                await self.layer.group_send(self.group, message)
+
+
+def _relayed(task: asyncio.Task[None]) -> None:
+    _RELAYS.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("turn frames not relayed to other sockets: %r", task.exception())
+
+
 class ChatConsumer(AsyncWebsocketConsumer):
     groups_joined: set[str]
+    socket_closed = False
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -57,127 +121,146 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return
         self.user = user
         self.groups_joined = set()
+        self.snapshot_ends: dict[int, int] = {}  # answer id -> length of the text sent
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         # Running turns are NOT cancelled: they finish and store the answer.
+        self.socket_closed = True
         for group in getattr(self, "groups_joined", set()):
-            await self.channel_layer.group_discard(group, self.channel_name)
+            try:
+                await self.channel_layer.group_discard(group, self.channel_name)
+            except Exception as exc:  # the layer's database is down; its rows expire anyway
+                logger.warning("could not leave %s: %r", group, exc)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        if bytes_data is not None or text_data is None:
-            await self._error("bad_frame", "Only JSON text frames are accepted.")
-            return
-        if len(text_data.encode("utf-8", "surrogatepass")) > MAX_FRAME_BYTES:
-            await self._error("too_large", "Message too large.")
-            return
+        received_at = time.perf_counter()
         try:
-            frame = json.loads(text_data)
-        except (json.JSONDecodeError, RecursionError):
-            await self._error("bad_json", "The frame is not valid JSON.")
+            frame = parse_frame(text_data, bytes_data, max_chars=settings.CHATRAG_MAX_MESSAGE_CHARS)
+        except FrameError as exc:
+            await self._error(exc.code, exc.message)
             return
-        if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
-            await self._error("bad_frame", "A frame must be an object with a 'type'.")
+        if isinstance(frame, Ping):
+            await self._send({"type": "pong"})
             return
-        handler = {
-            "open": self._open,
-            "message": self._message,
-            "stop": self._stop,
-            "ping": self._ping,
-        }.get(frame["type"])
-        if handler is None:
-            await self._error("unknown_type", f"Unknown frame type {frame['type'][:30]!r}.")
+        if not await self._session_still_valid():
+            await self._error("unauthorized", "Your session has ended; sign in again.")
+            await self.close(code=4401)
             return
-        await handler(frame)
+        if isinstance(frame, Open):
+            await self._open(frame)
+        elif isinstance(frame, Send):
+            await self._message(frame, received_at)
+        elif isinstance(frame, Stop):
+            await self._stop(frame)
+
+    async def _session_still_valid(self) -> bool:
+        """The session still exists and still belongs to this active user."""
+        session = self.scope.get("session")
+        key = getattr(session, "session_key", None)
+        if not key:
+            return False
+        # A fresh store: the scope's one caches what it read when the socket opened.
+        store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=key)
+        user = await get_user({"session": store})
+        return bool(user.is_authenticated and user.pk == self.user.pk)
 
     # --- handlers ---------------------------------------------------------------------------
-
-    async def _ping(self, frame: dict[str, Any]) -> None:
-        await self._send({"type": "pong"})
 
     async def _join(self, conversation_id: int) -> None:
         group = group_name(conversation_id)
         if group not in self.groups_joined:
-            await self.channel_layer.group_add(group, self.channel_name)
+            try:
+                await self.channel_layer.group_add(group, self.channel_name)
+            except Exception as exc:  # the layer is down: this socket still gets its own turns
+                logger.warning("could not join %s: %r", group, exc)
+                return
             self.groups_joined.add(group)
 
-    async def _owned(self, raw: object) -> Conversation | None:
-        if not isinstance(raw, int) or isinstance(raw, bool):
-            await self._error("bad_conversation", "Invalid conversation id.")
-            return None
+    async def _owned(self, conversation_id: int) -> Conversation | None:
         try:
             return await database_sync_to_async(conversation_get)(
-                user=self.user, conversation_id=raw
+                user=self.user, conversation_id=conversation_id
             )
         except Http404:
             await self._error("not_found", "Conversation not found.")
             return None
 
-    async def _open(self, frame: dict[str, Any]) -> None:
-        conversation = await self._owned(frame.get("conversation"))
+    async def _open(self, frame: Open) -> None:
+        conversation = await self._owned(frame.conversation)
         if conversation is None:
             return
         await self._join(conversation.id)
         for snapshot in await _live_snapshots(conversation.id):
+            # Deltas already in the snapshot may still be on their way: they are skipped.
+            self.snapshot_ends[snapshot["message_id"]] = len(snapshot["text"])
             await self._send(snapshot)
 
-    async def _message(self, frame: dict[str, Any]) -> None:
-        received_at = time.perf_counter()
-        try:
-            text = clean_user_text(frame.get("text"), max_chars=settings.CHATRAG_MAX_MESSAGE_CHARS)
-        except InvalidMessage as exc:
-            await self._error("invalid_message", str(exc))
-            return
+    async def _message(self, frame: Send, received_at: float) -> None:
+        # Ownership first: a refused id must not use up the user's allowance.
+        existing: Conversation | None = None
+        if frame.conversation is not None:
+            existing = await self._owned(frame.conversation)
+            if existing is None:
+                return
         if rate_limited(self.user.id, per_minute=settings.CHATRAG_RATE_LIMIT_PER_MINUTE):
             await self._error("rate_limited", "Too many messages; wait a minute and try again.")
             return
-        raw_id = frame.get("conversation")
-        if raw_id is None:
+        if existing is None:
             conversation = await database_sync_to_async(conversation_create)(user=self.user)
             await self._send({"type": "conversation", "id": conversation.id})
         else:
-            maybe = await self._owned(raw_id)
-            if maybe is None:
-                return
-            conversation = maybe
+            conversation = existing
         await self._join(conversation.id)
         message = await database_sync_to_async(message_store_user)(
-            conversation=conversation, text=text
+            conversation=conversation, text=frame.text
         )
         await self._send(
             {
                 "type": "accepted",
                 "message_id": message.id,
                 "conversation": conversation.id,
-                "client_id": str(frame.get("client_id", ""))[:64],
-                "text": text,
+                "client_id": frame.client_id,
+                "text": frame.text,
             }
         )
-        group = group_name(conversation.id)
-        layer = self.channel_layer
+        relay = GroupRelay(self.channel_layer, group_name(conversation.id), self.channel_name)
 
         async def emit(event: dict[str, Any]) -> None:
-            await layer.group_send(group, {"type": "turn.event", "event": event})
+            # The asking socket hears its turn directly, so it does not depend on the layer
+            # (with the Postgres layer: on the database being up) nor wait for its round trip;
+            # the group carries the frames to the user's other sockets on any process.
+            if not self.socket_closed:
+                try:
+                    await self._send(event)
+                except Exception as exc:  # closed under our feet: the turn goes on
+                    logger.info("turn frame not sent to its socket: %r", exc)
+            await relay.add(event)
 
         turns.start_turn(message_id=message.id, emit=emit, received_at=received_at)
 
-    async def _stop(self, frame: dict[str, Any]) -> None:
-        message_id = frame.get("message_id")
-        if not isinstance(message_id, int) or isinstance(message_id, bool):
-            await self._error("bad_frame", "stop needs a message_id.")
-            return
+    async def _stop(self, frame: Stop) -> None:
         owned = await database_sync_to_async(
-            Message.objects.filter(pk=message_id, conversation__owner=self.user).exists
+            Message.objects.filter(pk=frame.message_id, conversation__owner=self.user).exists
         )()
         if not owned:
             await self._error("not_found", "Message not found.")
             return
-        turns.request_stop(message_id)
+        turns.request_stop(frame.message_id)
 
     # --- channel layer events -----------------------------------------------------------------
 
     async def turn_event(self, event: dict[str, Any]) -> None:
         await self._send(event["event"])
+
+    async def turn_events(self, event: dict[str, Any]) -> None:
+        if event.get("origin") == self.channel_name:
+            return  # this socket's own turn: already sent directly
+        for item in event["events"]:
+            seen = self.snapshot_ends.get(item.get("message_id", 0), 0)
+            if item["type"] == "delta" and item["offset"] + len(item["delta"]) <= seen:
+                continue
+            await self._send(item)
 
     async def _send(self, payload: dict[str, Any]) -> None:
         await self.send(text_data=json.dumps(payload, ensure_ascii=False))

@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
+# The message rules are pure and live with the frame parsing; re-exported for callers here.
+from conversations.frames import InvalidMessage as InvalidMessage
+from conversations.frames import clean_user_text as clean_user_text
 from conversations.models import Conversation, Feedback, Message
-
-
-class InvalidMessage(ValueError):
-    """The user's message cannot be accepted (empty, too long, not text)."""
-
-
-def clean_user_text(text: object, *, max_chars: int) -> str:
-    """Validate a user's message: text, not blank, within the size limit, no control chars."""
-    if not isinstance(text, str):
-        raise InvalidMessage("message must be text")
-    cleaned = "".join(ch for ch in text if ch in "\n\t" or ch.isprintable()).strip()
-    if not cleaned:
-        raise InvalidMessage("message is empty")
-    if len(cleaned) > max_chars:
-        raise InvalidMessage(f"message is too long ({len(cleaned)} > {max_chars} characters)")
-    return cleaned
 
 
 def title_from_text(text: str, limit: int = 60) -> str:
@@ -71,3 +61,26 @@ def feedback_set(*, message: Message, user: User, value: int, reason: str = "") 
         message=message, user=user, defaults={"value": value, "reason": reason.strip()[:2000]}
     )
     return feedback
+
+
+INTERRUPTED_ERROR = "interrupted: the server stopped while this turn was running"
+
+
+@transaction.atomic
+def messages_fail_interrupted(*, before: datetime | None = None) -> int:
+    """Mark the turns a stopped server left unfinished as failed; return how many messages.
+
+    A question still "received" or an answer still "streaming" that no process works on any
+    more would show as in progress for ever; failed, the page offers to ask again and keeps
+    the text already written. `before`: only messages untouched since then (other servers may
+    be mid-turn); None: all of them, when no other server runs.
+    """
+    stuck = Message.objects.filter(
+        Q(role=Message.Role.USER, status=Message.Status.RECEIVED)
+        | Q(role=Message.Role.ASSISTANT, status=Message.Status.STREAMING)
+    )
+    if before is not None:
+        stuck = stuck.filter(updated_at__lt=before)
+    return stuck.update(
+        status=Message.Status.ERROR, error=INTERRUPTED_ERROR, updated_at=timezone.now()
+    )

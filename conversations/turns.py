@@ -13,11 +13,13 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 from django.urls import reverse
 from django.utils import timezone
 
@@ -57,6 +59,7 @@ from retrieval.services import (
 
 logger = logging.getLogger(__name__)
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
+T = TypeVar("T")
 SAVE_EVERY_S = 0.5
 
 
@@ -72,6 +75,16 @@ class LiveTurn:
 
 LIVE: dict[int, LiveTurn] = {}  # by user message id
 _TASKS: set[asyncio.Task[None]] = set()
+
+# A turn's database calls run on threads of their own, concurrently, each on a pooled
+# connection; `database_sync_to_async` alone sends every call of the process, one after the
+# other, to a single thread, which under load was the first bottleneck (scripts/load_ws.py).
+_DB_THREADS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="turn-db")
+
+
+def in_db_thread(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    """`database_sync_to_async` on the turns' own threads (the ORM is thread-safe)."""
+    return database_sync_to_async(func, thread_sensitive=False, executor=_DB_THREADS)
 
 
 @dataclass
@@ -89,7 +102,7 @@ class TurnContext:
     embedder: Embedder | None
 
 
-@database_sync_to_async
+@in_db_thread
 def _load(message_id: int) -> TurnContext:
     message = Message.objects.select_related("conversation__owner").get(pk=message_id)
     user = message.conversation.owner
@@ -181,7 +194,7 @@ def _rewrite_frame(
     }
 
 
-@database_sync_to_async
+@in_db_thread
 def _save_trace(message: Message, outcome: RetrievalOutcome | None, errors: list[str]) -> None:
     fields: dict[str, Any] = {"errors": errors}
     if outcome is not None:
@@ -198,7 +211,7 @@ def _save_trace(message: Message, outcome: RetrievalOutcome | None, errors: list
     TurnTrace.objects.update_or_create(message=message, defaults=fields)
 
 
-@database_sync_to_async
+@in_db_thread
 def _update_trace_timings(message: Message, timings: dict[str, float], errors: list[str]) -> None:
     trace = TurnTrace.objects.filter(message=message).first()
     if trace is not None:
@@ -207,7 +220,15 @@ def _update_trace_timings(message: Message, timings: dict[str, float], errors: l
         trace.save(update_fields=["timings_ms", "errors"])
 
 
-@database_sync_to_async
+async def _store_timings(message: Message, timings: dict[str, float], errors: list[str]) -> None:
+    """Add the frame timings to the trace; they are diagnostics, never worth failing a turn."""
+    try:
+        await _update_trace_timings(message, timings, errors)
+    except Exception:
+        logger.exception("turn %s: could not store its timings", message.id)
+
+
+@in_db_thread
 def _create_answer(
     message: Message, status: str, text: str = "", sources: list[dict[str, Any]] | None = None
 ) -> Message:
@@ -223,7 +244,7 @@ def _create_answer(
     return answer
 
 
-@database_sync_to_async
+@in_db_thread
 def _save_answer(
     answer: Message,
     *,
@@ -247,7 +268,7 @@ def _save_answer(
     answer.save(update_fields=fields)
 
 
-@database_sync_to_async
+@in_db_thread
 def _mark_user_message(message: Message, status: str) -> None:
     Message.objects.filter(pk=message.pk).update(status=status)
 
@@ -295,6 +316,8 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
             answer = await _create_answer(
                 ctx.message, Message.Status.CLARIFY, rewrite.clarification.question
             )
+            timings["to_done"] = since()
+            await _store_timings(ctx.message, timings, [])
             await emit(
                 {
                     "type": "clarify",
@@ -304,8 +327,6 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
                     "options": list(rewrite.clarification.options),
                 }
             )
-            timings["to_done"] = since()
-            await _update_trace_timings(ctx.message, timings, [])
             return
 
         cards = _source_cards(outcome.passages)
@@ -327,6 +348,8 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
         await _save_answer(answer, text=final, status=status, error=error, extractive=extractive)
         streaming = None
         timings["to_done"] = since()
+        # Stored before `done` goes out: whoever reacts to it finds the whole turn saved.
+        await _store_timings(ctx.message, timings, [error] if error else [])
         await emit(
             {
                 "type": "done",
@@ -338,7 +361,6 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
                 "timings_ms": timings,
             }
         )
-        await _update_trace_timings(ctx.message, timings, [error] if error else [])
     except Exception as exc:  # the user always gets an answer frame, never silence
         logger.exception("turn %s failed", message_id)
         await emit(
@@ -351,17 +373,34 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
         )
         if ctx is not None:
             failure = f"turn failed: {exc.__class__.__name__}: {exc}"[:500]
-            try:
-                if streaming is not None:  # never leave an answer "streaming" for good
-                    await _save_answer(
-                        streaming, text=live.text, status=Message.Status.ERROR, error=failure
-                    )
-                await _save_trace(ctx.message, None, [failure])
-                await _mark_user_message(ctx.message, Message.Status.ERROR)
-            except Exception:  # e.g. the conversation was deleted meanwhile
-                logger.exception("turn %s: could not record the failure", message_id)
+            await _record_failure(ctx.message, streaming, live.text, failure)
     finally:
         LIVE.pop(message_id, None)
+
+
+# Waits between tries to store a failure while the database is unreachable (about 30 s in all:
+# a restart; beyond that the start-up sweep, `manage.py recover_interrupted`, marks the turn).
+RECORD_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
+
+
+async def _record_failure(
+    message: Message, streaming: Message | None, text: str, failure: str
+) -> None:
+    """Mark the turn failed, never leaving an answer "streaming"; wait out a database restart."""
+    for delay in (0.0, *RECORD_RETRY_DELAYS_S):
+        await asyncio.sleep(delay)
+        try:
+            if streaming is not None:
+                await _save_answer(streaming, text=text, status=Message.Status.ERROR, error=failure)
+            await _save_trace(message, None, [failure])
+            await _mark_user_message(message, Message.Status.ERROR)
+            return
+        except (OperationalError, InterfaceError) as exc:  # unreachable: maybe restarting
+            logger.warning("turn %s: database unreachable (%s); retrying", message.id, exc)
+        except Exception:  # e.g. the conversation was deleted meanwhile
+            logger.exception("turn %s: could not record the failure", message.id)
+            return
+    logger.error("turn %s: failure not recorded; the start-up sweep will mark it", message.id)
 
 
 async def _answer(

