@@ -21,7 +21,9 @@ class Conversation(models.Model):
         indexes = [models.Index(fields=["owner", "-updated_at"], name="conversation_owner_recent")]
 
     def __str__(self) -> str:
-        return self.title or f"Conversation {self.pk}"
+        # Never the title: it is made from the user's first message, and __str__ reaches the
+        # admin (page titles, breadcrumbs, history, its log) and logs.
+        return f"Conversation {self.pk}"
 
 
 class Message(models.Model):
@@ -60,7 +62,7 @@ class Message(models.Model):
         indexes = [models.Index(fields=["conversation", "created_at"], name="message_conv_time")]
 
     def __str__(self) -> str:
-        return f"{self.role}: {self.text[:40]}"
+        return f"{self.role} message {self.pk}"  # no text: it may hold personal data
 
 
 class TurnTrace(models.Model):
@@ -77,9 +79,31 @@ class TurnTrace(models.Model):
     clarified = models.BooleanField(default=False)
     no_results = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Staff review: set when someone handled the turn (glossary entry, evaluation case, or
+    # nothing to do), so the "needs attention" panel only lists what is still open.
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    reviewed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+
+    class Meta:
+        indexes = [models.Index(fields=["-created_at"], name="trace_recent")]
 
     def __str__(self) -> str:
         return f"trace of message {self.message_id}"
+
+
+class AttentionTurn(TurnTrace):
+    """The staff panel's view of traces: turns that went wrong and are not reviewed yet."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "turn needing attention"
+        verbose_name_plural = "turns needing attention"
 
 
 class Feedback(models.Model):
@@ -98,3 +122,29 @@ class Feedback(models.Model):
 
     def __str__(self) -> str:
         return f"{'+' if self.value > 0 else '-'}1 on message {self.message_id}"
+
+
+class StaffAccessLog(models.Model):
+    """One staff member opening one conversation's data (who, what, which view, when).
+
+    The conversation may be purged later; the record of the access stays, with its id.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    username = models.CharField(max_length=150)
+    conversation = models.ForeignKey(
+        Conversation, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    conversation_ref = models.BigIntegerField()
+    view = models.CharField(max_length=100)
+    path = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["conversation_ref", "-created_at"], name="access_conv")]
+
+    def __str__(self) -> str:
+        return f"{self.username} → conversation {self.conversation_ref} ({self.view})"

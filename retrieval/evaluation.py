@@ -152,34 +152,55 @@ def glossary_replace(*, collection: Collection, entries: dict[str, str]) -> None
 
 def tasks_load(path: Path) -> list[EvalTask]:
     """Read judged tasks in the project's evaluation format."""
+    return [
+        task_from_record(record, where=f"{path}:{number}", default_id=str(number))
+        for number, record in _read_jsonl(path)
+    ]
+
+
+def tasks_parse(text: str, *, name: str = "tasks") -> list[EvalTask]:
+    """Parse judged tasks from JSON Lines text (an uploaded file)."""
     tasks: list[EvalTask] = []
-    for number, record in _read_jsonl(path):
-        question = record.get("question")
-        if not isinstance(question, str) or not question.strip():
-            raise EvaluationInputError(f"{path}:{number}: 'question' must be a non-empty string")
-        history_raw = record.get("history") or []
-        relevant = record.get("relevant") or []
-        if not isinstance(history_raw, list) or not isinstance(relevant, list):
-            raise EvaluationInputError(f"{path}:{number}: 'history' and 'relevant' must be lists")
-        history = []
-        for item in history_raw:
-            if not isinstance(item, dict) or item.get("role") not in {"user", "assistant"}:
-                raise EvaluationInputError(f"{path}:{number}: bad history message")
-            history.append(HistoryMessage(role=item["role"], text=str(item.get("text", ""))))
-        category = record.get("category")
-        lang = record.get("lang")
-        tasks.append(
-            EvalTask(
-                id=str(record.get("id", number)),
-                history=tuple(history),
-                question=question,
-                relevant=frozenset(str(r) for r in relevant),
-                category=str(category) if category else "all",
-                expect_clarification=bool(record.get("expect_clarification", False)),
-                language=str(lang) if lang else None,
-            )
-        )
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise EvaluationInputError(f"{name}:{number}: invalid JSON ({exc.msg})") from exc
+        if not isinstance(record, dict):
+            raise EvaluationInputError(f"{name}:{number}: expected a JSON object")
+        tasks.append(task_from_record(record, where=f"{name}:{number}", default_id=str(number)))
     return tasks
+
+
+def task_from_record(
+    record: dict[str, object], *, where: str = "task", default_id: str = ""
+) -> EvalTask:
+    """Validate one task record (`question`, `history`, `relevant`, `category`, ...)."""
+    question = record.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise EvaluationInputError(f"{where}: 'question' must be a non-empty string")
+    history_raw = record.get("history") or []
+    relevant = record.get("relevant") or []
+    if not isinstance(history_raw, list) or not isinstance(relevant, list):
+        raise EvaluationInputError(f"{where}: 'history' and 'relevant' must be lists")
+    history = []
+    for item in history_raw:
+        if not isinstance(item, dict) or item.get("role") not in {"user", "assistant"}:
+            raise EvaluationInputError(f"{where}: bad history message")
+        history.append(HistoryMessage(role=item["role"], text=str(item.get("text", ""))))
+    category = record.get("category")
+    lang = record.get("lang")
+    return EvalTask(
+        id=str(record.get("id", default_id or where)),
+        history=tuple(history),
+        question=question,
+        relevant=frozenset(str(r) for r in relevant),
+        category=str(category) if category else "all",
+        expect_clarification=bool(record.get("expect_clarification", False)),
+        language=str(lang) if lang else None,
+    )
 
 
 def glossary_load(path: Path | None) -> dict[str, str]:

@@ -166,6 +166,10 @@ class IngestionJob(models.Model):
     )
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     paths = models.JSONField(default=list)
+    # Group names given to every document of an upload (empty: the files' own front matter).
+    groups = models.JSONField(default=list, blank=True)
+    # A re-index job: these documents are read again from their source files and re-embedded.
+    document_ids = models.JSONField(default=list, blank=True)
     total = models.PositiveIntegerField(default=0)
     done = models.PositiveIntegerField(default=0)
     report = models.JSONField(default=dict)
@@ -174,3 +178,85 @@ class IngestionJob(models.Model):
 
     def __str__(self) -> str:
         return f"ingestion {self.id} ({self.status})"
+
+
+class EvalCase(models.Model):
+    """A judged question, usually marked by staff from a real conversation (masked text only)."""
+
+    class Category(models.TextChoices):
+        STANDALONE = "standalone"
+        FOLLOW_UP = "follow-up"
+        TOPIC_SWITCH = "topic-switch"
+        MULTI_TOPIC = "multi-topic"
+        CLARIFICATION = "clarification"
+
+    collection = models.ForeignKey(Collection, on_delete=models.CASCADE, related_name="+")
+    question = models.TextField()
+    # Earlier messages as [{"role": "user"|"assistant", "text": ...}], masked.
+    history = models.JSONField(default=list, blank=True)
+    relevant_documents = models.ManyToManyField(Document, blank=True, related_name="+")
+    category = models.CharField(
+        max_length=30, choices=Category.choices, default=Category.STANDALONE
+    )
+    expect_clarification = models.BooleanField(default=False)
+    language = models.CharField(max_length=10, blank=True)
+    note = models.TextField(blank=True)
+    active = models.BooleanField(default=True)
+    source_message = models.ForeignKey(
+        "conversations.Message",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "evaluation case"
+
+    def __str__(self) -> str:
+        return self.question[:80]
+
+
+class EvaluationRun(models.Model):
+    """One evaluation of retrieval quality, kept so quality can be followed over time."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    class Source(models.TextChoices):
+        CASES = "cases"
+        FILE = "file"
+
+    collection = models.ForeignKey(Collection, on_delete=models.CASCADE, related_name="+")
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.CASES)
+    # The uploaded file's name, or "cases": runs with the same label are comparable.
+    source_label = models.CharField(max_length=200)
+    # The tasks as evaluated (project format), frozen when the run is created.
+    tasks = models.JSONField(default=list, blank=True)
+    modes = models.JSONField(default=list)
+    ks = models.JSONField(default=list)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    total = models.PositiveIntegerField(default=0)
+    done = models.PositiveIntegerField(default=0)
+    report = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"evaluation {self.pk} ({self.source_label}, {self.status})"

@@ -1,0 +1,549 @@
+"""Admin classes of the review pages: conversations, traces, the attention panel, the log.
+
+Thin: querysets come from `conversations.review.selectors`, pages are built by
+`conversations.review.timeline`, and every write goes through a service. Opening a
+conversation's turns is recorded in the staff access log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django import forms
+from django.conf import settings
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.contrib.admin.widgets import FilteredSelectMultiple
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from chatrag.admin_utils import NoAddOrChangeMixin, ObjectContextAdmin, admin_page
+from conversations.admin.filters import FLAG_FILTERS, ReasonFilter, ReviewedFilter
+from conversations.models import AttentionTurn, Conversation, Feedback, StaffAccessLog, TurnTrace
+from conversations.review.flags import is_weak
+from conversations.review.selectors import (
+    attention_traces,
+    glossary_candidates_for,
+    stored_ranking,
+    traces_annotated,
+)
+from conversations.review.services import (
+    staff_access_record,
+    traces_mark_open,
+    traces_mark_reviewed,
+    turn_retry,
+)
+from conversations.review.timeline import (
+    FLAG_LABELS,
+    conversation_timeline,
+    display_masker,
+    masked_title,
+    turn_review_for_trace,
+)
+from retrieval.models import Document, EvalCase
+from retrieval.quality.cases import eval_case_create
+from retrieval.services import default_collection
+
+
+def _staff(request: HttpRequest) -> User:
+    user = request.user
+    assert isinstance(user, User)  # admin_view has checked it is an active staff member
+    return user
+
+
+def _record_access(request: HttpRequest, conversation: Conversation, view: str) -> None:
+    staff_access_record(
+        user=_staff(request), conversation=conversation, view=view, path=request.path
+    )
+
+
+def _conversation_link(conversation_id: int, label: object = None) -> str:
+    url = reverse("admin:conversations_conversation_change", args=[conversation_id])
+    return format_html('<a href="{}">{}</a>', url, label if label is not None else conversation_id)
+
+
+def _trace_flags(trace: TurnTrace) -> list[str]:
+    flags = [f for f in ("no_results", "clarified", "anomaly") if getattr(trace, f)]
+    if is_weak(search=trace.search or {}, clarified=trace.clarified, no_results=trace.no_results):
+        flags.append("weak")
+    if trace.errors:
+        flags.append("errors")
+    if getattr(trace, "thumbs_down", False):
+        flags.append("thumbs_down")
+    return flags
+
+
+# --- conversations --------------------------------------------------------------------------
+
+
+@admin.register(Conversation)
+class ConversationAdmin(NoAddOrChangeMixin, ObjectContextAdmin[Conversation]):
+    """The conversation list with review filters; a conversation's page is its timeline.
+
+    Staff read conversations; only their owners write them.
+    """
+
+    list_display = ["id", "safe_title", "owner", "turns", "thumbs_down", "created_at", "updated_at"]
+    list_display_links = ["id", "safe_title"]
+    list_filter = [
+        ("owner", admin.RelatedOnlyFieldListFilter),
+        "created_at",
+        *FLAG_FILTERS,
+    ]
+    date_hierarchy = "created_at"
+    # The title comes from the raw first message: search owners and masked questions only.
+    search_fields = ["owner__username", "messages__trace__masked_question"]
+    fields = ("owner", "created_at", "updated_at")
+    readonly_fields = fields
+    change_form_template = "admin/conversations/conversation/timeline.html"
+    list_per_page = 50
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("owner")
+            .annotate(
+                n_turns=Count("messages", filter=Q(messages__role="user"), distinct=True),
+                n_down=Count(
+                    "messages__feedback",
+                    filter=Q(messages__feedback__value=-1),
+                    distinct=True,
+                ),
+            )
+        )
+
+    @admin.display(description=gettext_lazy("title (masked)"))
+    def safe_title(self, obj: Conversation) -> str:
+        return masked_title(obj) or _("(untitled)")
+
+    @admin.display(description=gettext_lazy("turns"), ordering="n_turns")
+    def turns(self, obj: Conversation) -> int:
+        return int(getattr(obj, "n_turns", 0))
+
+    @admin.display(description=gettext_lazy("thumbs down"), ordering="n_down")
+    def thumbs_down(self, obj: Conversation) -> int:
+        return int(getattr(obj, "n_down", 0))
+
+    def change_context(self, request: HttpRequest, conversation: Conversation) -> dict[str, Any]:
+        _record_access(request, conversation, "conversation timeline")
+        return {
+            "timeline": conversation_timeline(conversation=conversation),
+            "masked_title": masked_title(conversation),
+            "slow_ms": _slow_ms(),
+        }
+
+
+def _slow_ms() -> int:
+    return int(settings.CHATRAG_REVIEW_SLOW_MS)
+
+
+# --- traces ---------------------------------------------------------------------------------
+
+
+class MarkDocumentsForm(forms.Form):
+    """Turn a reviewed turn into an evaluation case: the question and its right documents."""
+
+    question = forms.CharField(widget=forms.Textarea(attrs={"rows": 2, "cols": 80}))
+    retrieved = forms.MultipleChoiceField(
+        label=gettext_lazy("right documents among those retrieved"),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+    )
+    others = forms.ModelMultipleChoiceField(
+        label=gettext_lazy("other right documents"),
+        queryset=Document.objects.none(),
+        required=False,
+        widget=FilteredSelectMultiple(gettext_lazy("documents"), is_stacked=False),
+    )
+    category = forms.ChoiceField(choices=EvalCase.Category.choices)
+    expect_clarification = forms.BooleanField(
+        required=False, help_text=gettext_lazy("the right reply is a clarification question")
+    )
+    note = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 80}))
+
+    def __init__(self, *args: Any, retrieved: list[tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        collection = default_collection()
+        self.collection = collection
+        retrieved_field = self.fields["retrieved"]
+        assert isinstance(retrieved_field, forms.MultipleChoiceField)
+        retrieved_field.choices = [(d, f"{t} ({d})") for d, t in retrieved]
+        others = self.fields["others"]
+        assert isinstance(others, forms.ModelMultipleChoiceField)
+        others.queryset = Document.objects.filter(collection=collection).order_by("external_id")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        ids = set(data.get("retrieved") or [])
+        documents = list(Document.objects.filter(collection=self.collection, external_id__in=ids))
+        documents += [d for d in data.get("others") or [] if d.external_id not in ids]
+        if not documents and not data.get("expect_clarification"):
+            raise forms.ValidationError(
+                _("Mark at least one right document, or that a clarification was right.")
+            )
+        data["documents"] = documents
+        return data
+
+
+@admin.register(TurnTrace)
+class TurnTraceAdmin(NoAddOrChangeMixin, ObjectContextAdmin[TurnTrace]):
+    """Every turn; a turn's page shows its whole trace, with retry and marking tools."""
+
+    list_display = [
+        "id",
+        "conversation",
+        "owner",
+        "question",
+        "backend",
+        "flag_list",
+        "total_ms",
+        "created_at",
+    ]
+    list_filter = [*FLAG_FILTERS, "created_at", "reviewed_at"]
+    search_fields = ["masked_question", "message__conversation__owner__username"]
+    date_hierarchy = "created_at"
+    fields = ("created_at",)
+    readonly_fields = fields
+    change_form_template = "admin/conversations/turntrace/review.html"
+    list_per_page = 50
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[TurnTrace]:
+        return traces_annotated(super().get_queryset(request)).select_related(
+            "message__conversation__owner"
+        )
+
+    @admin.display(description=gettext_lazy("conversation"))
+    def conversation(self, obj: TurnTrace) -> str:
+        return _conversation_link(obj.message.conversation_id)
+
+    @admin.display(description=gettext_lazy("user"))
+    def owner(self, obj: TurnTrace) -> str:
+        return obj.message.conversation.owner.get_username()
+
+    @admin.display(description=gettext_lazy("question (masked)"))
+    def question(self, obj: TurnTrace) -> str:
+        text = obj.masked_question
+        return text if len(text) <= 90 else text[:89] + "…"
+
+    @admin.display(description=gettext_lazy("rewrite"))
+    def backend(self, obj: TurnTrace) -> str:
+        return str((obj.rewrite or {}).get("backend", ""))
+
+    @admin.display(description=gettext_lazy("flags"))
+    def flag_list(self, obj: TurnTrace) -> str:
+        return ", ".join(str(FLAG_LABELS[f]) for f in _trace_flags(obj))
+
+    @admin.display(description=gettext_lazy("total (ms)"), ordering="total_ms")
+    def total_ms(self, obj: TurnTrace) -> object:
+        value = getattr(obj, "total_ms", None)
+        return round(value) if value is not None else "–"
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        return [
+            path(
+                "<int:trace_id>/retry/", wrap(self.retry_view), name="conversations_turntrace_retry"
+            ),
+            path(
+                "<int:trace_id>/mark-documents/",
+                wrap(self.mark_documents_view),
+                name="conversations_turntrace_mark_documents",
+            ),
+            path(
+                "<int:trace_id>/reviewed/",
+                wrap(self.reviewed_view),
+                name="conversations_turntrace_reviewed",
+            ),
+            *super().get_urls(),
+        ]
+
+    def _trace(self, request: HttpRequest, trace_id: int) -> TurnTrace:
+        trace = (
+            TurnTrace.objects.select_related("message__conversation__owner")
+            .filter(pk=trace_id)
+            .first()
+        )
+        if trace is None:
+            raise Http404("no such turn")
+        if not self.has_view_permission(request, trace):
+            raise PermissionDenied
+        return trace
+
+    def change_context(self, request: HttpRequest, trace: TurnTrace) -> dict[str, Any]:
+        conversation = trace.message.conversation
+        _record_access(request, conversation, "turn trace")
+        return {
+            "turn": turn_review_for_trace(trace=trace),
+            "conversation": conversation,
+            "candidates": glossary_candidates_for([trace]).get(trace.id, []),
+            "collection_id": default_collection().id,
+            "slow_ms": _slow_ms(),
+        }
+
+    def retry_view(self, request: HttpRequest, trace_id: int) -> HttpResponse:
+        trace = self._trace(request, trace_id)
+        _record_access(request, trace.message.conversation, "retry retrieval")
+        result = turn_retry(trace=trace)
+        before = stored_ranking(trace.search or {})
+        context = {
+            "title": _("Retrieval of this turn, now"),
+            "trace": trace,
+            "masked_question": trace.masked_question,
+            "result": result,
+            "before": before[:10],
+            "after": result.documents[:10],
+            "newly_first": bool(result.documents)
+            and (not before or before[0][0] != result.documents[0][0]),
+        }
+        return admin_page(self, request, "admin/conversations/turntrace/retry.html", context)
+
+    def mark_documents_view(self, request: HttpRequest, trace_id: int) -> HttpResponse:
+        trace = self._trace(request, trace_id)
+        if not request.user.has_perm("retrieval.add_evalcase"):
+            raise PermissionDenied
+        _record_access(request, trace.message.conversation, "mark documents")
+        retrieved = stored_ranking(trace.search or {})[:10]
+        window = [m for m in trace.masked_window or [] if isinstance(m, dict)]
+        if request.method == "POST":
+            form = MarkDocumentsForm(request.POST, retrieved=retrieved)
+            if form.is_valid():
+                case = eval_case_create(
+                    collection=form.collection,
+                    question=form.cleaned_data["question"],
+                    history=[{"role": str(m["role"]), "text": str(m["text"])} for m in window],
+                    documents=form.cleaned_data["documents"],
+                    category=form.cleaned_data["category"],
+                    expect_clarification=form.cleaned_data["expect_clarification"],
+                    note=form.cleaned_data["note"],
+                    source_message_id=trace.message_id,
+                    user=_staff(request),
+                )
+                traces_mark_reviewed(
+                    traces=TurnTrace.objects.filter(pk=trace.pk), user=_staff(request)
+                )
+                messages.success(
+                    request,
+                    _("Evaluation case %(id)s saved; the turn is reviewed.") % {"id": case.pk},
+                )
+                return HttpResponseRedirect(
+                    reverse("admin:retrieval_evalcase_change", args=[case.pk])
+                )
+        else:
+            if trace.clarified:
+                category = EvalCase.Category.CLARIFICATION
+            elif window:
+                category = EvalCase.Category.FOLLOW_UP
+            else:
+                category = EvalCase.Category.STANDALONE
+            form = MarkDocumentsForm(
+                initial={
+                    "question": trace.masked_question,
+                    "category": category,
+                    "expect_clarification": trace.clarified,
+                },
+                retrieved=retrieved,
+            )
+        context = {
+            "title": _("Mark the right documents"),
+            "trace": trace,
+            "window": window,
+            "form": form,
+            "media": self.media + form.media,
+        }
+        return admin_page(
+            self, request, "admin/conversations/turntrace/mark_documents.html", context
+        )
+
+    def reviewed_view(self, request: HttpRequest, trace_id: int) -> HttpResponse:
+        if request.method != "POST":
+            return HttpResponse(status=405, headers={"Allow": "POST"})
+        trace = self._trace(request, trace_id)
+        if not self.has_view_permission(request, trace):
+            raise PermissionDenied
+        traces = TurnTrace.objects.filter(pk=trace.pk)
+        if request.POST.get("open"):
+            traces_mark_open(traces=traces)
+            messages.info(request, _("The turn is back on the panel."))
+        else:
+            traces_mark_reviewed(traces=traces, user=_staff(request))
+            messages.success(request, _("The turn is marked as reviewed."))
+        return HttpResponseRedirect(
+            reverse("admin:conversations_turntrace_change", args=[trace.pk])
+        )
+
+
+# --- the "needs attention" panel ------------------------------------------------------------
+
+
+class AttentionChangeList(ChangeList):
+    """Adds glossary candidates to the page's rows with one vocabulary query."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        candidates = glossary_candidates_for(list(self.result_list))
+        for trace in self.result_list:
+            trace.candidates = candidates.get(trace.id, [])
+
+
+@admin.register(AttentionTurn)
+class AttentionTurnAdmin(NoAddOrChangeMixin, admin.ModelAdmin[AttentionTurn]):
+    """Turns with no or weak results, a thumbs down or an anomaly, with what to do next."""
+
+    list_display = ["when", "conversation", "owner", "question", "reasons", "next_steps"]
+    list_filter = [ReviewedFilter, ReasonFilter, "created_at"]
+    search_fields = ["masked_question", "message__conversation__owner__username"]
+    actions = ["mark_reviewed", "mark_open"]
+    list_per_page = 50
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[AttentionTurn]:
+        return attention_traces(super().get_queryset(request), include_reviewed=True)
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return AttentionChangeList
+
+    @admin.display(description=gettext_lazy("when"), ordering="created_at")
+    def when(self, obj: AttentionTurn) -> str:
+        url = reverse("admin:conversations_turntrace_change", args=[obj.pk])
+        return format_html('<a href="{}">{}</a>', url, f"{obj.created_at:%Y-%m-%d %H:%M}")
+
+    @admin.display(description=gettext_lazy("conversation"))
+    def conversation(self, obj: AttentionTurn) -> str:
+        return _conversation_link(obj.message.conversation_id)
+
+    @admin.display(description=gettext_lazy("user"))
+    def owner(self, obj: AttentionTurn) -> str:
+        return obj.message.conversation.owner.get_username()
+
+    @admin.display(description=gettext_lazy("question (masked)"))
+    def question(self, obj: AttentionTurn) -> str:
+        return obj.masked_question
+
+    @admin.display(description=gettext_lazy("why"))
+    def reasons(self, obj: AttentionTurn) -> str:
+        flags = [
+            f for f in _trace_flags(obj) if f in {"no_results", "weak", "thumbs_down", "anomaly"}
+        ]
+        return ", ".join(str(FLAG_LABELS[f]) for f in flags)
+
+    @admin.display(description=gettext_lazy("next steps"))
+    def next_steps(self, obj: AttentionTurn) -> str:
+        candidates: list[str] = getattr(obj, "candidates", [])
+        glossary = reverse("admin:retrieval_glossaryentry_add")
+        collection = default_collection().id
+        links = [
+            format_html(
+                '<a class="attention-glossary" href="{}?{}">{}</a>',
+                glossary,
+                urlencode({"term": term, "collection": collection, "from_trace": obj.pk}),
+                _("add “%(term)s” to the glossary") % {"term": term},
+            )
+            for term in candidates
+        ]
+        if not candidates:
+            links.append(
+                format_html(
+                    '<a class="attention-glossary" href="{}?{}">{}</a>',
+                    glossary,
+                    urlencode({"collection": collection, "from_trace": obj.pk}),
+                    _("add to the glossary"),
+                )
+            )
+        links.append(
+            format_html(
+                '<a class="attention-mark" href="{}">{}</a>',
+                reverse("admin:conversations_turntrace_mark_documents", args=[obj.pk]),
+                _("mark the right documents"),
+            )
+        )
+        links.append(
+            format_html(
+                '<a class="attention-retry" href="{}">{}</a>',
+                reverse("admin:conversations_turntrace_retry", args=[obj.pk]),
+                _("retry now"),
+            )
+        )
+        return format_html("<br>".join(["{}"] * len(links)), *links)
+
+    @admin.action(description=gettext_lazy("Mark selected turns as reviewed"))
+    def mark_reviewed(self, request: HttpRequest, queryset: QuerySet[AttentionTurn]) -> None:
+        count = traces_mark_reviewed(traces=queryset, user=_staff(request))
+        self.message_user(request, _("%(count)d turns marked as reviewed.") % {"count": count})
+
+    @admin.action(description=gettext_lazy("Put selected turns back on the panel"))
+    def mark_open(self, request: HttpRequest, queryset: QuerySet[AttentionTurn]) -> None:
+        count = traces_mark_open(traces=queryset)
+        self.message_user(request, _("%(count)d turns reopened.") % {"count": count})
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        # One page per turn: the trace's own.
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return HttpResponseRedirect(
+            reverse("admin:conversations_turntrace_change", args=[object_id])
+        )
+
+
+# --- feedback and the access log --------------------------------------------------------------
+
+
+@admin.register(Feedback)
+class FeedbackAdmin(NoAddOrChangeMixin, admin.ModelAdmin[Feedback]):
+    list_display = ["id", "conversation", "user", "value", "safe_reason", "created_at"]
+    list_filter = ["value", "created_at"]
+    fields = ("user", "value", "created_at")
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Feedback]:
+        return super().get_queryset(request).select_related("message", "user")
+
+    @admin.display(description=gettext_lazy("conversation"))
+    def conversation(self, obj: Feedback) -> str:
+        return _conversation_link(obj.message.conversation_id)
+
+    @admin.display(description=gettext_lazy("reason (masked)"))
+    def safe_reason(self, obj: Feedback) -> str:
+        return display_masker(obj.user).mask(obj.reason)
+
+
+@admin.register(StaffAccessLog)
+class StaffAccessLogAdmin(NoAddOrChangeMixin, admin.ModelAdmin[StaffAccessLog]):
+    """Who opened which conversation, when and how; superusers only, never editable."""
+
+    list_display = ["created_at", "username", "conversation_link", "view", "path"]
+    list_filter = ["view", "created_at"]
+    search_fields = ["username", "=conversation_ref"]
+    date_hierarchy = "created_at"
+    fields = ("created_at", "username", "conversation_ref", "view", "path")
+    readonly_fields = fields
+
+    @admin.display(description=gettext_lazy("conversation"))
+    def conversation_link(self, obj: StaffAccessLog) -> str:
+        if obj.conversation_id is None:
+            return _("%(id)s (deleted)") % {"id": obj.conversation_ref}
+        return _conversation_link(obj.conversation_ref)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_active and request.user.is_superuser)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_active and request.user.is_superuser)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -1,0 +1,120 @@
+"""Write side of staff review: the access log, marking turns reviewed, retention, retrying."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from conversations.models import Conversation, Message, StaffAccessLog, TurnTrace
+from conversations.selectors import history_before
+from retrieval.pipeline.answer import answer_language
+from retrieval.pipeline.fusion import ranked_documents
+from retrieval.pipeline.retrieve import retrieve
+from retrieval.pipeline.types import HistoryMessage
+from retrieval.services import (
+    VocabularyLexicon,
+    chat_model,
+    default_collection,
+    glossary_for,
+    known_names_for,
+    query_embedder_for,
+    retrieval_settings,
+    scope_for_user,
+    search_engine,
+)
+
+
+def staff_access_record(
+    *, user: User, conversation: Conversation, view: str, path: str = ""
+) -> StaffAccessLog:
+    """Record that a staff member opened a conversation's data, and through which view."""
+    return StaffAccessLog.objects.create(
+        user=user,
+        username=user.get_username(),
+        conversation=conversation,
+        conversation_ref=conversation.pk,
+        view=view[:100],
+        path=path[:500],
+    )
+
+
+def traces_mark_reviewed(*, traces: QuerySet[Any], user: User) -> int:
+    """Take turns off the "needs attention" panel."""
+    return int(
+        traces.filter(reviewed_at__isnull=True).update(reviewed_at=timezone.now(), reviewed_by=user)
+    )
+
+
+def traces_mark_open(*, traces: QuerySet[Any]) -> int:
+    """Put turns back on the panel."""
+    return int(traces.update(reviewed_at=None, reviewed_by=None))
+
+
+@transaction.atomic
+def conversations_purge_expired(*, days: int, now: datetime | None = None) -> int:
+    """Delete conversations not updated for `days` days (0 keeps everything).
+
+    Messages, traces and feedback go with them; evaluation cases made from them keep their
+    masked question, and the access log keeps the conversation's id only.
+    """
+    if days <= 0:
+        return 0
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    expired = Conversation.objects.filter(updated_at__lt=cutoff)
+    count = expired.count()
+    expired.delete()
+    return count
+
+
+@dataclass
+class RetryResult:
+    """What the same turn retrieves now (current glossary and settings), masked."""
+
+    backend: str
+    queries: list[dict[str, Any]]
+    glossary_hits: list[dict[str, Any]]
+    documents: list[tuple[str, str]]
+    errors: list[str] = field(default_factory=list)
+
+
+def turn_retry(*, trace: TurnTrace) -> RetryResult:
+    """Run the retrieval half of a stored turn again, as its owner, without storing anything.
+
+    Staff use it to check that a glossary entry or a re-indexed document fixed the turn.
+    """
+    message = Message.objects.select_related("conversation__owner").get(pk=trace.message_id)
+    owner = message.conversation.owner
+    collection = default_collection()
+    window = history_before(message=message, limit=settings.CHATRAG_REWRITE_WINDOW)
+    engine = search_engine()
+    outcome = async_to_sync(retrieve)(
+        question=message.text,
+        history=[
+            HistoryMessage("user" if m.role == "user" else "assistant", m.text) for m in window
+        ],
+        glossary=glossary_for(collection=collection),
+        scope=scope_for_user(user=owner, collection=collection),
+        engine=engine,
+        embedder=query_embedder_for(collection=collection),
+        lexicon=VocabularyLexicon(engine, collection.id),
+        settings=retrieval_settings(),
+        model=chat_model(),
+        known_names=list(known_names_for(owner)),
+        language=answer_language(message.text),
+    )
+    titles = {m.hit.external_id: m.hit.title for m in outcome.merged}
+    return RetryResult(
+        backend=outcome.rewrite.backend,
+        queries=outcome.trace_search()["queries"],
+        glossary_hits=outcome.rewrite.to_dict()["glossary_hits"],  # type: ignore[arg-type]
+        documents=[(d, titles.get(d, "")) for d in ranked_documents(outcome.merged)],
+        errors=outcome.errors,
+    )

@@ -1,0 +1,345 @@
+"""A conversation as staff review it: each turn with its whole trace, masked.
+
+Traces hold masked text only; everything else shown to staff (the title, the answer, the
+users' feedback reasons) is masked here the same way before it reaches a template, so a
+review page never shows personal data the pipeline would have hidden from a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.utils.translation import gettext_lazy as _
+
+from conversations.models import Conversation, Feedback, Message, TurnTrace
+from conversations.review.flags import STRONG_RANK, is_weak, total_ms
+from conversations.views.present import BACKEND_LABELS, QUERY_TYPE_LABELS
+from retrieval.pipeline.answer import clean_citations
+from retrieval.pipeline.masking import Masker, MaskingConfig
+from retrieval.services import known_names_for
+
+FLAG_LABELS = {
+    "anomaly": _("anomaly"),
+    "clarified": _("clarification asked"),
+    "no_results": _("no results"),
+    "weak": _("weak results"),
+    "errors": _("errors"),
+    "slow": _("slow turn"),
+    "thumbs_down": _("thumbs down"),
+    "thumbs_up": _("thumbs up"),
+}
+PIPELINE_STAGES = ("mask", "rewrite", "embed", "search", "merge")
+MILESTONES = ("to_rewrite_frame", "to_sources_frame", "to_first_delta", "to_done")
+
+
+@dataclass
+class QueryRow:
+    number: int
+    text: str
+    type: str
+    type_label: str
+    weight: float | None
+    area: str
+
+
+@dataclass
+class FoundBy:
+    query: int  # 1-based, as shown
+    rank: int
+    vector_rank: int | None
+    text_rank: int | None
+    score: float
+
+
+@dataclass
+class HitRow:
+    position: int
+    chunk: int
+    document: str
+    title: str
+    score: float
+    passage: bool
+    found_by: list[FoundBy]
+
+    @property
+    def corroborated(self) -> bool:
+        return any(
+            f.vector_rank is not None
+            and f.text_rank is not None
+            and max(f.vector_rank, f.text_rank) <= STRONG_RANK
+            for f in self.found_by
+        )
+
+
+@dataclass
+class SourceRow:
+    n: int
+    title: str
+    section: str
+    document_id: int | None
+    cited: bool
+
+
+@dataclass
+class Stage:
+    name: str
+    ms: float
+    width: float  # percent of the longest bar
+
+
+@dataclass
+class FeedbackRow:
+    value: int
+    reason: str
+    username: str
+
+
+@dataclass
+class TurnReview:
+    question_id: int
+    asked_at: datetime
+    status: str
+    masked_question: str
+    trace_id: int | None = None
+    window: list[dict[str, str]] = field(default_factory=list)
+    backend: str = ""
+    backend_label: str = ""
+    model: str = ""
+    glossary_hits: list[dict[str, Any]] = field(default_factory=list)
+    corrections: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    anomalies: list[str] = field(default_factory=list)
+    clarification: dict[str, Any] | None = None
+    rewrite_error: str = ""
+    queries: list[QueryRow] = field(default_factory=list)
+    hits: list[HitRow] = field(default_factory=list)
+    sources: list[SourceRow] = field(default_factory=list)
+    answer_id: int | None = None
+    answer_text: str = ""
+    answer_status: str = ""
+    extractive: bool = False
+    answer_error: str = ""
+    stages: list[Stage] = field(default_factory=list)
+    milestones: list[Stage] = field(default_factory=list)
+    total_ms: float | None = None
+    errors: list[str] = field(default_factory=list)
+    feedback: list[FeedbackRow] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    reviewed: bool = False
+
+    @property
+    def flag_labels(self) -> list[tuple[str, str]]:
+        return [(f, str(FLAG_LABELS.get(f, f))) for f in self.flags]
+
+
+def display_masker(owner: User, *, mask_money: bool = True) -> Masker:
+    """A masker like the pipeline's for this user (their own names included)."""
+    return Masker(
+        MaskingConfig(
+            employee_id_pattern=settings.CHATRAG_EMPLOYEE_ID_PATTERN or None,
+            known_names=tuple(known_names_for(owner)),
+            mask_money=mask_money,
+        )
+    )
+
+
+def masked_title(conversation: Conversation) -> str:
+    """The conversation's title (made from the first message) with personal data masked."""
+    return display_masker(conversation.owner).mask(conversation.title or "")
+
+
+def conversation_timeline(*, conversation: Conversation) -> list[TurnReview]:
+    """Every turn of the conversation, oldest first, with trace, answer and feedback."""
+    messages = list(conversation.messages.select_related("trace").order_by("created_at", "id"))
+    feedback: dict[int, list[Feedback]] = {}
+    for item in Feedback.objects.filter(message__conversation=conversation).select_related("user"):
+        feedback.setdefault(item.message_id, []).append(item)
+    answers = {m.reply_to_id: m for m in messages if m.role == Message.Role.ASSISTANT}
+    owner = conversation.owner
+    return [
+        turn_review(
+            question=message,
+            trace=_trace_of(message),
+            answer=answers.get(message.id),
+            feedback=feedback.get(answers[message.id].id, []) if message.id in answers else [],
+            owner=owner,
+        )
+        for message in messages
+        if message.role == Message.Role.USER
+    ]
+
+
+def turn_review_for_trace(*, trace: TurnTrace) -> TurnReview:
+    """One turn, for the trace's own page."""
+    question = trace.message
+    answer = (
+        Message.objects.filter(reply_to=question, role=Message.Role.ASSISTANT)
+        .order_by("id")
+        .first()
+    )
+    feedback = (
+        list(Feedback.objects.filter(message=answer).select_related("user")) if answer else []
+    )
+    return turn_review(
+        question=question,
+        trace=trace,
+        answer=answer,
+        feedback=feedback,
+        owner=question.conversation.owner,
+    )
+
+
+def _trace_of(message: Message) -> TurnTrace | None:
+    try:
+        return message.trace
+    except TurnTrace.DoesNotExist:
+        return None
+
+
+def turn_review(
+    *,
+    question: Message,
+    trace: TurnTrace | None,
+    answer: Message | None,
+    feedback: list[Feedback],
+    owner: User,
+) -> TurnReview:
+    """Reshape one stored turn for the review templates (no queries)."""
+    masker = display_masker(owner)
+    masked_question = trace.masked_question if trace and trace.masked_question else ""
+    review = TurnReview(
+        question_id=question.id,
+        asked_at=question.created_at,
+        status=str(question.status),
+        # A turn that failed before its trace was written has no masked copy: mask it now.
+        masked_question=masked_question or masker.mask(question.text),
+    )
+    if answer is not None:
+        _add_answer(review, answer, owner)
+    review.feedback = [
+        FeedbackRow(f.value, masker.mask(f.reason), f.user.get_username()) for f in feedback
+    ]
+    if trace is None:
+        return review
+    review.trace_id = trace.id
+    review.reviewed = trace.reviewed_at is not None
+    review.window = [
+        {"role": str(m.get("role", "")), "text": str(m.get("text", ""))}
+        for m in trace.masked_window or []
+        if isinstance(m, dict)
+    ]
+    _add_rewrite(review, trace.rewrite or {})
+    _add_search(review, trace.search or {})
+    _add_timings(review, trace.timings_ms or {})
+    review.errors = [str(e) for e in trace.errors or []]
+    review.flags = _flags(trace, review, feedback)
+    return review
+
+
+def _add_answer(review: TurnReview, answer: Message, owner: User) -> None:
+    # Amounts in answers come from the policies; mask people's data, not the rules.
+    masker = display_masker(owner, mask_money=False)
+    sources = [s for s in answer.sources or [] if isinstance(s, dict)]
+    _, cited = clean_citations(answer.text, len(sources))
+    review.answer_id = answer.id
+    review.answer_text = masker.mask(answer.text)
+    review.answer_status = str(answer.status)
+    review.extractive = answer.extractive
+    review.answer_error = answer.error
+    review.sources = [
+        SourceRow(
+            n=int(s.get("n", i)),
+            title=str(s.get("title", "")),
+            section=str(s.get("section", "")),
+            document_id=s.get("document_id"),
+            cited=int(s.get("n", i)) in cited,
+        )
+        for i, s in enumerate(sources, start=1)
+    ]
+
+
+def _add_rewrite(review: TurnReview, rewrite: dict[str, Any]) -> None:
+    backend = str(rewrite.get("backend") or "")
+    review.backend = backend
+    review.backend_label = str(BACKEND_LABELS.get(backend, backend))
+    review.model = str(rewrite.get("model") or "")
+    review.glossary_hits = [h for h in rewrite.get("glossary_hits") or [] if isinstance(h, dict)]
+    review.corrections = sorted((rewrite.get("corrections") or {}).items())
+    review.notes = [str(n) for n in rewrite.get("notes") or []]
+    review.anomalies = [str(a) for a in rewrite.get("anomalies") or []]
+    if rewrite.get("needs_clarification"):
+        review.clarification = rewrite.get("clarification") or {}
+    review.rewrite_error = str(rewrite.get("error") or "")
+
+
+def _add_search(review: TurnReview, search: dict[str, Any]) -> None:
+    queries = search.get("queries") or []
+    review.queries = [
+        QueryRow(
+            number=i,
+            text=str(q.get("text", "")),
+            type=str(q.get("type", "")),
+            type_label=str(QUERY_TYPE_LABELS.get(str(q.get("type", "")), q.get("type", ""))),
+            weight=q.get("weight"),
+            area=str(q.get("area") or ""),
+        )
+        for i, q in enumerate(queries, start=1)
+    ]
+    passages = set(search.get("passages") or [])
+    review.hits = [
+        HitRow(
+            position=i,
+            chunk=int(h.get("chunk", 0)),
+            document=str(h.get("document", "")),
+            title=str(h.get("title", "")),
+            score=float(h.get("score", 0.0)),
+            passage=h.get("chunk") in passages,
+            found_by=[
+                FoundBy(
+                    query=int(f.get("query", 0)) + 1,
+                    rank=int(f.get("rank", 0)),
+                    vector_rank=f.get("vector_rank"),
+                    text_rank=f.get("text_rank"),
+                    score=float(f.get("score", 0.0)),
+                )
+                for f in h.get("found_by") or []
+            ],
+        )
+        for i, h in enumerate(search.get("hits") or [], start=1)
+    ]
+
+
+def _add_timings(review: TurnReview, timings: dict[str, Any]) -> None:
+    def bars(names: tuple[str, ...]) -> list[Stage]:
+        values = [(n, float(timings[n])) for n in names if isinstance(timings.get(n), int | float)]
+        longest = max((v for _, v in values), default=0.0) or 1.0
+        return [Stage(n, round(v, 1), round(100 * v / longest, 1)) for n, v in values]
+
+    review.stages = bars(PIPELINE_STAGES)
+    review.milestones = bars(MILESTONES)
+    review.total_ms = total_ms(timings)
+
+
+def _flags(trace: TurnTrace, review: TurnReview, feedback: list[Feedback]) -> list[str]:
+    flags = []
+    if trace.no_results:
+        flags.append("no_results")
+    if is_weak(search=trace.search or {}, clarified=trace.clarified, no_results=trace.no_results):
+        flags.append("weak")
+    if trace.clarified:
+        flags.append("clarified")
+    if trace.anomaly:
+        flags.append("anomaly")
+    if review.errors:
+        flags.append("errors")
+    if review.total_ms is not None and review.total_ms > settings.CHATRAG_REVIEW_SLOW_MS:
+        flags.append("slow")
+    if any(f.value < 0 for f in feedback):
+        flags.append("thumbs_down")
+    if any(f.value > 0 for f in feedback):
+        flags.append("thumbs_up")
+    return flags

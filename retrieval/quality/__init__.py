@@ -1,0 +1,1 @@
+"""Retrieval quality for staff: glossary candidates, evaluation cases and runs, the chart."""

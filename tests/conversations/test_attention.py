@@ -1,0 +1,129 @@
+"""The "needs attention" panel end to end, on the real pipeline and knowledge base.
+
+An employee asks with a company acronym the documents never use; the turn retrieves the
+wrong document and lands on the panel, which offers the acronym as a glossary entry; once a
+staff member adds it through the admin, the same question retrieves the right document.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+
+from conversations import turns
+from conversations.models import Message, TurnTrace
+from conversations.review.flags import is_weak
+from conversations.review.selectors import stored_ranking
+from conversations.review.services import turn_retry
+from conversations.services import conversation_create, message_store_user
+from retrieval.models import EvalCase, GlossaryEntry
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUESTION = "como funciona o TRI?"  # TRI: the company's name for full-time remote work
+RIGHT = "pt/trabalho-remoto-integral"
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hasher(settings: Any) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+async def _ignore(event: dict[str, Any]) -> None:
+    return None
+
+
+def _ask(user: User, text: str) -> TurnTrace:
+    """One real turn, through the same entry point the chat consumer uses."""
+    conversation = conversation_create(user=user)
+    message = message_store_user(conversation=conversation, text=text)
+    async_to_sync(turns.turn_run)(message_id=message.id, emit=_ignore)
+    return TurnTrace.objects.get(message=message)
+
+
+def _first_document(trace: TurnTrace) -> str:
+    return stored_ranking(trace.search)[0][0]
+
+
+def test_failing_question_is_on_the_panel_and_its_glossary_entry_fixes_it(
+    client: Client, small_kb: Any, personas: dict[str, User]
+) -> None:
+    failing = _ask(personas["ana"], QUESTION)
+    assert _first_document(failing) != RIGHT
+    assert is_weak(search=failing.search, clarified=failing.clarified, no_results=False)
+
+    boss = User.objects.create_superuser("boss", password="pw-boss-123")
+    client.force_login(boss)
+    panel = client.get(reverse("admin:conversations_attentionturn_changelist"))
+    assert [t.pk for t in panel.context["cl"].result_list] == [failing.pk]
+    page = panel.content.decode()
+    assert "weak results" in page and QUESTION in page
+    # "Add to glossary", prefilled with the acronym the collection does not know.
+    link = re.search(r'class="attention-glossary" href="([^"]+)"', page)
+    assert link is not None
+    add_url = html.unescape(link.group(1))
+    assert "term=TRI" in add_url
+    form = client.get(add_url)
+    assert form.status_code == 200
+    assert form.context["adminform"].form.initial["term"] == "TRI"
+
+    saved = client.post(
+        add_url,
+        {
+            "collection": small_kb.pk,
+            "term": "TRI",
+            "expansion": "trabalho remoto integral",
+            "area": "",
+            "active": "on",
+            "_save": "Save",
+        },
+    )
+    # Back to the turn, showing what it retrieves now.
+    retry_url = reverse("admin:conversations_turntrace_retry", args=[failing.pk])
+    assert saved.status_code == 302 and saved["Location"] == retry_url
+    assert GlossaryEntry.objects.filter(collection=small_kb, term="TRI").exists()
+    retry = client.get(retry_url)
+    assert retry.status_code == 200
+    assert retry.context["after"][0][0] == RIGHT
+    assert retry.context["before"][0][0] != RIGHT
+    assert "TRI → trabalho remoto integral" in retry.content.decode()
+    assert turn_retry(trace=failing).documents[0][0] == RIGHT
+
+    # The same question asked again retrieves the right document, and is not flagged.
+    fixed = _ask(personas["ana"], QUESTION)
+    assert _first_document(fixed) == RIGHT
+    assert not is_weak(search=fixed.search, clarified=fixed.clarified, no_results=False)
+    assert fixed.rewrite["glossary_hits"][0]["term"] == "TRI"
+
+
+def test_marking_the_right_documents_makes_an_evaluation_case(
+    client: Client, small_kb: Any, personas: dict[str, User]
+) -> None:
+    failing = _ask(personas["ana"], QUESTION)
+    boss = User.objects.create_superuser("boss", password="pw-boss-123")
+    client.force_login(boss)
+    url = reverse("admin:conversations_turntrace_mark_documents", args=[failing.pk])
+    form = client.get(url)
+    assert form.status_code == 200
+    choices = dict(form.context["form"].fields["retrieved"].choices)
+    assert RIGHT in choices  # the right document was retrieved, just not first
+    saved = client.post(
+        url, {"question": QUESTION, "retrieved": [RIGHT], "category": "standalone", "note": ""}
+    )
+    assert saved.status_code == 302
+    case = EvalCase.objects.get()
+    assert case.question == QUESTION and case.category == "standalone"
+    assert [d.external_id for d in case.relevant_documents.all()] == [RIGHT]
+    assert case.source_message_id == failing.message_id and case.created_by == boss
+    failing.refresh_from_db()
+    assert failing.reviewed_at is not None and failing.reviewed_by == boss
+    panel = client.get(reverse("admin:conversations_attentionturn_changelist"))
+    assert not panel.context["cl"].result_list
+    assert Message.objects.filter(pk=failing.message_id).exists()

@@ -1,0 +1,219 @@
+"""Documents and glossary in the admin: upload with a progress endpoint (the Celery ingestion
+task, run eagerly), groups, re-index, delete; glossary import and export."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from django.urls import reverse
+
+from retrieval.models import Chunk, Document, GlossaryEntry, IngestionJob, VocabularyTerm
+from retrieval.services import default_collection
+
+pytestmark = pytest.mark.django_db
+
+POLICY = "# Auxílio creche\n\nO auxílio creche é de R$ 600 por mês até os seis anos.\n"
+
+
+@pytest.fixture(autouse=True)
+def _uploads_in_tmp(settings: Any, tmp_path: Path) -> None:
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def eager_celery() -> Iterator[None]:
+    from chatrag.celery import app
+
+    saved = (app.conf.task_always_eager, app.conf.task_eager_propagates)
+    app.conf.task_always_eager = app.conf.task_eager_propagates = True
+    yield
+    app.conf.task_always_eager, app.conf.task_eager_propagates = saved
+
+
+@pytest.fixture
+def staff_client(client: Client, db: None) -> Client:
+    client.force_login(User.objects.create_superuser("boss", password="pw-boss-123"))
+    return client
+
+
+def _upload(client: Client, capture: Any, **extra: Any) -> IngestionJob:
+    files = [
+        SimpleUploadedFile("auxilio-creche.md", POLICY.encode()),
+        SimpleUploadedFile("notas.txt", b"Plano odontologico: carencia de 30 dias."),
+    ]
+    data = {"collection": default_collection().pk, "uploads": files, "folder": "pt", **extra}
+    with capture(execute=True):
+        response = client.post(reverse("admin:retrieval_document_add"), data)
+    assert response.status_code == 302, response.context and response.context["form"].errors
+    job = IngestionJob.objects.get()
+    assert response["Location"] == reverse("admin:retrieval_ingestionjob_change", args=[job.pk])
+    return job
+
+
+def _change_form_data(client: Client, url: str, **fields: Any) -> dict[str, Any]:
+    """What the browser posts back from a change form (the inlines' management forms too)."""
+    page = client.get(url)
+    data: dict[str, Any] = dict(fields)
+    for inline in page.context["inline_admin_formsets"]:
+        formset = inline.formset
+        for form in [formset.management_form, *formset.forms]:
+            for name in form.fields:
+                value = form[name].value()
+                if value is not None:
+                    data[form.add_prefix(name)] = value
+    return data
+
+
+def test_upload_ingests_through_the_task_with_progress(
+    staff_client: Client, django_capture_on_commit_callbacks: Any, eager_celery: None
+) -> None:
+    restricted = Group.objects.create(name="rh-restrito")
+    job = _upload(staff_client, django_capture_on_commit_callbacks, groups=[restricted.pk])
+    job.refresh_from_db()
+    assert job.status == IngestionJob.Status.DONE, job.report
+    assert job.report["added"] == 2 and job.groups == ["rh-restrito"]
+    progress = staff_client.get(reverse("admin:retrieval_ingestionjob_progress", args=[job.pk]))
+    assert progress.json() == {
+        "status": "done",
+        "done": 2,
+        "total": 2,
+        "percent": 100,
+        "finished": True,
+    }
+    assert "no-store" in progress["Cache-Control"]
+    document = Document.objects.get(external_id="pt/auxilio-creche")
+    assert list(document.groups.values_list("name", flat=True)) == ["rh-restrito"]
+    assert set(document.chunks.values_list("is_public", flat=True)) == {False}
+    assert Path(document.source_path).is_file()
+    page = staff_client.get(reverse("admin:retrieval_ingestionjob_change", args=[job.pk]))
+    assert page.status_code == 200 and "passages embedded" in page.content.decode()
+
+
+def test_job_page_polls_while_running(staff_client: Client) -> None:
+    job = IngestionJob.objects.create(collection=default_collection(), paths=[], total=4, done=1)
+    html = staff_client.get(
+        reverse("admin:retrieval_ingestionjob_change", args=[job.pk])
+    ).content.decode()
+    progress_url = reverse("admin:retrieval_ingestionjob_progress", args=[job.pk])
+    assert f'data-progress-url="{progress_url}"' in html
+    assert "review/progress.js" in html and '<progress max="4" value="1">' in html
+    state = staff_client.get(progress_url).json()
+    assert state == {"status": "queued", "done": 1, "total": 4, "percent": 25, "finished": False}
+
+
+def test_upload_rejects_unsupported_files(
+    staff_client: Client, django_capture_on_commit_callbacks: Any
+) -> None:
+    data = {
+        "collection": default_collection().pk,
+        "uploads": [SimpleUploadedFile("virus.exe", b"MZ")],
+        "folder": "../etc",
+    }
+    with django_capture_on_commit_callbacks(execute=True):
+        response = staff_client.post(reverse("admin:retrieval_document_add"), data)
+    assert response.status_code == 200
+    errors = response.context["form"].errors
+    assert "uploads" in errors and "folder" in errors
+    assert not IngestionJob.objects.exists()
+
+
+def test_groups_reindex_and_delete(
+    staff_client: Client, django_capture_on_commit_callbacks: Any, eager_celery: None
+) -> None:
+    _upload(staff_client, django_capture_on_commit_callbacks)
+    document = Document.objects.get(external_id="pt/auxilio-creche")
+    assert set(document.chunks.values_list("is_public", flat=True)) == {True}
+    changelist = reverse("admin:retrieval_document_changelist")
+
+    # Per-document groups: the chunks' access columns follow.
+    hr = Group.objects.create(name="rh-restrito")
+    url = reverse("admin:retrieval_document_change", args=[document.pk])
+    response = staff_client.post(url, _change_form_data(staff_client, url, groups=[hr.pk]))
+    assert response.status_code == 302
+    assert list(document.chunks.values_list("group_ids", flat=True)) == [[hr.pk]]
+
+    # Re-index: read again from its file, re-embedded, same id, groups kept.
+    version = document.version
+    with django_capture_on_commit_callbacks(execute=True):
+        response = staff_client.post(
+            changelist, {"action": "reindex", "_selected_action": [document.pk]}
+        )
+    job = IngestionJob.objects.exclude(document_ids=[]).get()
+    assert response["Location"] == reverse("admin:retrieval_ingestionjob_change", args=[job.pk])
+    job.refresh_from_db()
+    assert job.status == IngestionJob.Status.DONE and job.report["updated"] == 1, job.report
+    document.refresh_from_db()
+    assert document.version == version + 1 and document.external_id == "pt/auxilio-creche"
+    assert list(document.groups.all()) == [hr]
+
+    # Delete: passages, vocabulary and the uploaded file go too.
+    source = Path(document.source_path)
+    assert VocabularyTerm.objects.filter(word="creche").exists()
+    response = staff_client.post(
+        changelist,
+        {"action": "delete_selected", "_selected_action": [document.pk], "post": "yes"},
+    )
+    assert response.status_code == 302
+    assert not Document.objects.filter(pk=document.pk).exists()
+    assert not Chunk.objects.filter(document_id=document.pk).exists()
+    assert not VocabularyTerm.objects.filter(word="creche").exists()
+    assert not source.exists()
+
+
+def test_glossary_import_and_export(staff_client: Client) -> None:
+    collection = default_collection()
+    GlossaryEntry.objects.create(collection=collection, term="VT", expansion="vale-transporte")
+    data = [
+        {"term": "TRI", "expansion": "trabalho remoto integral", "area": "rh"},
+        {"term": "PLR", "expansion": "participação nos lucros"},
+    ]
+    upload = SimpleUploadedFile("glossary.json", json.dumps(data).encode())
+    response = staff_client.post(
+        reverse("admin:retrieval_glossaryentry_import"),
+        {"collection": collection.pk, "file": upload, "replace": "on"},
+    )
+    assert response.status_code == 302
+    assert sorted(GlossaryEntry.objects.values_list("term", flat=True)) == ["PLR", "TRI"]
+
+    exported = staff_client.get(reverse("admin:retrieval_glossaryentry_export"))
+    assert exported["Content-Disposition"].startswith("attachment;")
+    assert json.loads(exported.content) == [
+        {"term": "PLR", "expansion": "participação nos lucros", "area": None, "active": True},
+        {"term": "TRI", "expansion": "trabalho remoto integral", "area": "rh", "active": True},
+    ]
+    bad = SimpleUploadedFile("glossary.json", b'[{"term": ""}]')
+    response = staff_client.post(
+        reverse("admin:retrieval_glossaryentry_import"), {"collection": collection.pk, "file": bad}
+    )
+    assert response.status_code == 200 and response.context["form"].errors["file"]
+
+
+def test_glossary_crud_and_actions(staff_client: Client) -> None:
+    collection = default_collection()
+    add = staff_client.post(
+        reverse("admin:retrieval_glossaryentry_add"),
+        {
+            "collection": collection.pk,
+            "term": "VA",
+            "expansion": "vale-alimentação",
+            "active": "on",
+        },
+    )
+    assert add.status_code == 302
+    entry = GlossaryEntry.objects.get(term="VA")
+    changelist = reverse("admin:retrieval_glossaryentry_changelist")
+    staff_client.post(changelist, {"action": "deactivate", "_selected_action": [entry.pk]})
+    entry.refresh_from_db()
+    assert not entry.active
+    exported = staff_client.post(
+        changelist, {"action": "export_selected", "_selected_action": [entry.pk]}
+    )
+    assert json.loads(exported.content)[0]["term"] == "VA"
