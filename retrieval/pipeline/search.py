@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 import unicodedata
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +39,14 @@ class SearchParams:
     text_candidates: int = 40
     limit: int = 20
     area_boost: float = 0.004
+    # The full-text leg's cost bounds, used from `text_tiers_from` chunks up; a smaller
+    # collection ORs every word and ranks every match (measured best on the judged sets).
+    text_tiers_from: int = 50_000
+    text_and_terms: int = 3  # rarest known words required together by the first tier
+    text_min_terms: int = 2  # rarest known words kept even when common
+    text_max_df_ratio: float = 0.05  # words in more chunks than this share are left out...
+    text_df_floor: int = 5000  # ...but never below this many chunks
+    text_scan_limit: int = 2000  # rows fetched by a tier before ranking
 
 
 @dataclass(frozen=True)
@@ -58,12 +67,8 @@ class Scope:
     see_everything: bool = False  # superusers only
 
 
-def fulltext_query(text: str, max_terms: int = 32) -> str:
-    """Build a websearch_to_tsquery string that ORs the words of `text`.
-
-    Only letters and digits survive, so no operator can be injected; the result is still
-    passed to SQL as a bound parameter.
-    """
+def fulltext_words(text: str, max_terms: int = 32) -> list[str]:
+    """The distinct lower-case words of `text` (letters and digits only), in order."""
     words: list[str] = []
     for word in _WORD.findall(unicodedata.normalize("NFC", text)):
         lowered = word.lower()
@@ -72,34 +77,106 @@ def fulltext_query(text: str, max_terms: int = 32) -> str:
         words.append(lowered)
         if len(words) >= max_terms:
             break
-    return " or ".join(words)
+    return words
 
 
-_HYBRID_SQL = """
-WITH q AS MATERIALIZED (  -- computed once, not per row; lets the planner use the GIN index
-    SELECT websearch_to_tsquery('portuguese', unaccent(%(qtext)s)) AS pt,
-           websearch_to_tsquery('spanish', unaccent(%(qtext)s)) AS es,
-           websearch_to_tsquery('english', unaccent(%(qtext)s)) AS en,
-           websearch_to_tsquery('simple', unaccent(%(qtext)s)) AS si
+# Which configuration's query applies to a chunk, and whether it matches (GIN-indexable).
+_CONFIGS = (("portuguese", "pt"), ("spanish", "es"), ("english", "en"), ("simple", "si"))
+
+
+def _per_config(kind: str) -> str:
+    return (
+        "CASE c.fts_config "
+        + " ".join(f"WHEN '{config}' THEN q.{kind}_{short}" for config, short in _CONFIGS[:3])
+        + f" ELSE q.{kind}_si END"
+    )
+
+
+def _matches(kind: str) -> str:
+    return (
+        "("
+        + " OR ".join(
+            f"(c.fts_config = '{config}' AND c.search_vector @@ q.{kind}_{short})"
+            for config, short in _CONFIGS
+        )
+        + ")"
+    )
+
+
+def _tsqueries(kind: str) -> str:
+    return ", ".join(
+        f"websearch_to_tsquery('{config}', unaccent({kind}_text)) AS {kind}_{short}"
+        for config, short in _CONFIGS
+    )
+
+
+# The full-text leg, in two tiers so that its cost stays bounded as the collection grows:
+# - Word statistics come from the collection's vocabulary (built at ingestion). Words found in
+#   more than `max_df` chunks carry little information and, ORed, would make Postgres fetch
+#   and rank a large share of the table; they are left out (the rarest `min_terms` known words
+#   always stay, so a question of common words still searches).
+# - Tier 1 requires the `and_terms` rarest known words together: a small, precise set. Only
+#   when it finds fewer than `kt` chunks does tier 2 add chunks matching ANY kept word (the OR
+#   that long natural questions need). Each tier fetches at most `scan` rows before ranking.
+# - Both tiers rank with ts_rank_cd against the OR of all kept words, so a chunk with more of
+#   the question's words ranks higher.
+_TEXT_LEG = f"""
+terms AS MATERIALIZED (
+    SELECT t.w, t.ord, v.df,
+           row_number() OVER (ORDER BY v.df IS NULL, v.df, t.ord) AS rarity
+    FROM unnest(%(words)s::text[]) WITH ORDINALITY AS t(w, ord)
+    LEFT JOIN retrieval_vocabularyterm v
+           ON v.collection_id = %(collection)s AND v.word = lower(unaccent(t.w))
 ),
-vec AS (%VEC%),
+words AS MATERIALIZED (
+    SELECT
+        coalesce(string_agg(w, ' ' ORDER BY ord)
+                     FILTER (WHERE df IS NOT NULL AND rarity <= %(and_terms)s), '') AS and_text,
+        coalesce(string_agg(w, ' or ' ORDER BY ord)
+                     FILTER (WHERE df IS NULL OR df <= %(max_df)s OR rarity <= %(min_terms)s),
+                 '') AS or_text
+    FROM terms
+),
+q AS MATERIALIZED (  -- computed once, not per row; lets the planner use the GIN index
+    SELECT {_tsqueries("and")}, {_tsqueries("or")} FROM words
+),
+tier1 AS MATERIALIZED (
+    SELECT m.id, ts_rank_cd(m.search_vector, {_per_config("or").replace("c.", "m.")}, 1) AS score
+    FROM (
+        SELECT c.id, c.search_vector, c.fts_config
+        FROM retrieval_chunk c, q
+        WHERE c.collection_id{{IN_COLLECTION}}
+          AND (%(all)s OR c.is_public OR c.group_ids && %(groups)s::int[])
+          AND {_matches("and")}
+        LIMIT %(scan)s
+    ) m, q
+),
+tier2 AS (
+    SELECT m.id, ts_rank_cd(m.search_vector, {_per_config("or").replace("c.", "m.")}, 1) AS score
+    FROM (
+        SELECT c.id, c.search_vector, c.fts_config
+        FROM retrieval_chunk c, q
+        WHERE (SELECT count(*) FROM tier1) < %(kt)s
+          AND c.collection_id{{IN_COLLECTION}}
+          AND (%(all)s OR c.is_public OR c.group_ids && %(groups)s::int[])
+          AND {_matches("or")}
+        LIMIT %(scan)s
+    ) m, q
+),
 txt AS (
     SELECT id, row_number() OVER (ORDER BY score DESC, id) AS rank
     FROM (
-        SELECT c.id, ts_rank_cd(c.search_vector, CASE c.fts_config
-                   WHEN 'portuguese' THEN q.pt WHEN 'spanish' THEN q.es
-                   WHEN 'english' THEN q.en ELSE q.si END, 1) AS score
-        FROM retrieval_chunk c, q
-        WHERE c.collection_id = %(collection)s
-          AND (%(all)s OR c.is_public OR c.group_ids && %(groups)s::int[])
-          AND (   (c.fts_config = 'portuguese' AND c.search_vector @@ q.pt)
-               OR (c.fts_config = 'spanish' AND c.search_vector @@ q.es)
-               OR (c.fts_config = 'english' AND c.search_vector @@ q.en)
-               OR (c.fts_config = 'simple' AND c.search_vector @@ q.si))
-        ORDER BY score DESC, c.id
+        SELECT id, max(score) AS score
+        FROM (SELECT * FROM tier1 UNION ALL SELECT * FROM tier2) both_tiers
+        GROUP BY id
+        ORDER BY score DESC, id
         LIMIT %(kt)s
-    ) matched
-),
+    ) best
+)"""  # noqa: S608 - composed of constants; every value is a bound parameter
+
+_HYBRID_SQL = f"""
+WITH {_TEXT_LEG.strip()},
+vec AS (%VEC%),
 fused AS (
     SELECT COALESCE(v.id, t.id) AS id, v.rank AS vrank, t.rank AS trank,
            COALESCE(%(wv)s / (%(k)s + v.rank), 0) + COALESCE(%(wt)s / (%(k)s + t.rank), 0) AS score
@@ -114,7 +191,7 @@ JOIN retrieval_chunk c ON c.id = f.id
 JOIN retrieval_document d ON d.id = c.document_id
 ORDER BY score DESC, c.id
 LIMIT %(limit)s
-"""
+"""  # noqa: S608 - composed of constants; every value is a bound parameter
 
 
 _VEC_LEG = """
@@ -130,22 +207,82 @@ _VEC_LEG = """
 """
 # Without a query vector (embedder down) the vector leg is empty and full-text answers alone.
 _NO_VEC_LEG = "SELECT NULL::bigint AS id, NULL::bigint AS rank WHERE false"
-_SQL_WITH_VECTOR = _HYBRID_SQL.replace("%VEC%", _VEC_LEG)
-_SQL_TEXT_ONLY = _HYBRID_SQL.replace("%VEC%", _NO_VEC_LEG)
+# How the full-text tiers test the collection. When the collection is most of the table, the
+# planner still ANDs the text bitmap with a bitmap of the whole collection from its btree
+# index (25 ms at 300k chunks, for nothing): "+ 0" makes that index unusable, so the
+# collection is checked on the matched rows instead. A small collection in a large table
+# keeps the indexable form, where that bitmap does pay.
+_IN_COLLECTION = {False: " = %(collection)s", True: " + 0 = %(collection)s"}
+_SQL = {
+    (with_vector, most): _HYBRID_SQL.replace(
+        "%VEC%", _VEC_LEG if with_vector else _NO_VEC_LEG
+    ).replace("{IN_COLLECTION}", _IN_COLLECTION[most])
+    for with_vector in (True, False)
+    for most in (True, False)
+}
+MOST_OF_THE_TABLE = 0.5
+
+
+# The vocabulary the full-text leg reads its word statistics from: accent-free lower-case
+# words and the number of chunks each appears in (ingestion and the benchmark run this).
+VOCABULARY_REBUILD_SQL = (
+    "DELETE FROM retrieval_vocabularyterm WHERE collection_id = %(collection)s",
+    """
+INSERT INTO retrieval_vocabularyterm (collection_id, word, df)
+SELECT %(collection)s, w, count(DISTINCT c.id)
+FROM retrieval_chunk c
+JOIN retrieval_document d ON d.id = c.document_id,
+     regexp_split_to_table(
+         lower(unaccent(d.title || ' ' || c.heading || ' ' || c.text)), '[^a-z0-9]+'
+     ) AS w
+WHERE c.collection_id = %(collection)s AND length(w) BETWEEN 2 AND 40
+GROUP BY w
+""",
+)
+
+
+_UNBOUNDED = 2**31 - 1
+
+
+def text_bounds(params: SearchParams, chunk_count: int | None) -> dict[str, int]:
+    """The full-text tiers' parameters for a collection of `chunk_count` chunks.
+
+    Below `text_tiers_from` (or when the size is unknown) there is one tier: every word
+    ORed, every match ranked.
+    """
+    if chunk_count is None or chunk_count < params.text_tiers_from:
+        return {"and_terms": 0, "min_terms": 0, "max_df": _UNBOUNDED, "scan": _UNBOUNDED}
+    return {
+        "and_terms": params.text_and_terms,
+        "min_terms": params.text_min_terms,
+        "max_df": max(params.text_df_floor, int(params.text_max_df_ratio * chunk_count)),
+        "scan": params.text_scan_limit,
+    }
 
 
 def hybrid_search(
-    conn: Connection[Any], request: SearchRequest, scope: Scope, params: SearchParams
+    conn: Connection[Any],
+    request: SearchRequest,
+    scope: Scope,
+    params: SearchParams,
+    *,
+    chunk_count: int | None = None,
+    table_share: float = 0.0,
 ) -> list[Hit]:
-    """Run one hybrid search in a single round trip."""
+    """Run one hybrid search in a single round trip.
+
+    `chunk_count` (the collection's size) sets which words are too common to search;
+    `table_share` (the collection's share of all chunks) how the collection is filtered.
+    """
     args = {
-        "qtext": fulltext_query(request.text),
+        "words": fulltext_words(request.text),
         "qvec": _vector_literal(request.vector),
         "collection": scope.collection_id,
         "all": scope.see_everything,
         "groups": list(scope.group_ids),
         "kv": params.vector_candidates,
         "kt": params.text_candidates,
+        **text_bounds(params, chunk_count),
         "wv": params.vector_weight,
         "wt": params.text_weight,
         "k": params.rrf_k,
@@ -153,7 +290,7 @@ def hybrid_search(
         "area_boost": params.area_boost,
         "limit": params.limit,
     }
-    sql = _SQL_WITH_VECTOR if request.vector else _SQL_TEXT_ONLY
+    sql = _SQL[(bool(request.vector), table_share >= MOST_OF_THE_TABLE)]
     if not request.vector:
         args["qvec"] = None
     rows = conn.execute(sql, args).fetchall()
@@ -192,19 +329,45 @@ class SearchEngine:
             # No server-side prepared statements: after five runs Postgres would switch to a
             # generic plan that skips the HNSW index (measured at 100k: 1003 -> ~700 ms p50).
             kwargs={"autocommit": True, "prepare_threshold": None},
+            # A connection the server closed (a restart) is replaced, not handed to a search.
+            check=ConnectionPool.check_connection,
             open=True,
             name="chatrag-search",
         )
         self._executor = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="search")
+        self._sizes: dict[int, tuple[float, int, float]] = {}
 
     def _configure(self, conn: Connection[Any]) -> None:
         # Iterative scans let a permission-filtered HNSW search still return k rows.
         conn.execute(f"SET hnsw.ef_search = {int(self._ef)}")
         conn.execute("SET hnsw.iterative_scan = relaxed_order")
 
-    def search(self, request: SearchRequest, scope: Scope, params: SearchParams) -> list[Hit]:
+    def collection_size(self, collection_id: int, *, max_age: float = 60.0) -> tuple[int, float]:
+        """The collection's chunk count and its share of all chunks; cached a minute."""
+        cached = self._sizes.get(collection_id)
+        if cached is not None and time.monotonic() - cached[0] < max_age:
+            return cached[1], cached[2]
         with self.pool.connection() as conn:
-            return hybrid_search(conn, request, scope, params)
+            row = conn.execute(
+                """SELECT (SELECT count(*) FROM retrieval_chunk WHERE collection_id = %s),
+                          (SELECT reltuples FROM pg_class
+                           WHERE oid = 'retrieval_chunk'::regclass)""",
+                [collection_id],
+            ).fetchone()
+        count = int(row[0]) if row else 0
+        total = float(row[1]) if row and row[1] is not None else -1.0
+        share = count / total if total > 0 else 1.0  # never analysed: assume alone
+        self._sizes[collection_id] = (time.monotonic(), count, min(share, 1.0))
+        return count, min(share, 1.0)
+
+    def chunk_count(self, collection_id: int) -> int:
+        """How many chunks a collection has (cached a minute: it only sizes term filters)."""
+        return self.collection_size(collection_id)[0]
+
+    def search(self, request: SearchRequest, scope: Scope, params: SearchParams) -> list[Hit]:
+        count, share = self.collection_size(scope.collection_id)
+        with self.pool.connection() as conn:
+            return hybrid_search(conn, request, scope, params, chunk_count=count, table_share=share)
 
     def search_many(
         self, requests: Sequence[SearchRequest], scope: Scope, params: SearchParams

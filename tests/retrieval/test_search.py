@@ -12,7 +12,7 @@ from retrieval.embeddings import get_embedder
 from retrieval.pipeline import search as search_module
 from retrieval.pipeline.fusion import ranked_documents
 from retrieval.pipeline.metrics import mrr_at
-from retrieval.pipeline.search import Scope, SearchParams, SearchRequest, fulltext_query
+from retrieval.pipeline.search import Scope, SearchParams, SearchRequest, fulltext_words
 from retrieval.services import scope_for_user, search_engine, search_params
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -94,7 +94,7 @@ def test_text_leg_alone_answers_when_there_is_no_vector(
 def test_sql_looking_text_is_just_words(small_kb: Any, personas: dict[str, Any]) -> None:
     scope = scope_for_user(user=personas["ana"], collection=small_kb)
     hostile = "férias'); DROP TABLE retrieval_chunk; -- OR 1=1 | !& <-> :*"
-    assert fulltext_query(hostile) == "férias or drop or table or retrieval or chunk or 1"
+    assert fulltext_words(hostile) == ["férias", "drop", "table", "retrieval", "chunk", "1"]
     assert "pt/ferias-regras-gerais" in _search(hostile, scope)
     assert _search("férias", scope)  # the table is still there
 
@@ -122,7 +122,9 @@ def test_queries_of_a_turn_run_concurrently(
     lock = threading.Lock()
     connections: set[int] = set()
 
-    def slow(conn: Any, request: SearchRequest, scope: Scope, params: SearchParams) -> Any:
+    def slow(
+        conn: Any, request: SearchRequest, scope: Scope, params: SearchParams, **kwargs: Any
+    ) -> Any:
         nonlocal active, peak
         with lock:
             active += 1
@@ -130,7 +132,7 @@ def test_queries_of_a_turn_run_concurrently(
             connections.add(id(conn))
         try:
             conn.execute("SELECT pg_sleep(0.2)")  # hold the connection like a slow query
-            return real(conn, request, scope, params)
+            return real(conn, request, scope, params, **kwargs)
         finally:
             with lock:
                 active -= 1

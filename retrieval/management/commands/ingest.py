@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
@@ -14,7 +15,6 @@ from retrieval.ingestion.services import (
     documents_ingest,
     sources_from_paths,
 )
-from retrieval.models import Collection
 
 
 class Command(BaseCommand):
@@ -22,7 +22,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("paths", nargs="+", type=Path)
-        parser.add_argument("--collection", default=Collection.DEFAULT_SLUG)
+        parser.add_argument("--collection", default=settings.CHATRAG_COLLECTION)
         parser.add_argument(
             "--prune", action="store_true", help="remove documents whose file is gone"
         )
