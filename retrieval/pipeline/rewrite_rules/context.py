@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from retrieval.pipeline.rewrite_rules.cues import (
+    FACETS,
     find_anaphors,
     is_hypothetical,
     is_topic_switch,
@@ -358,3 +359,36 @@ def plan_carry(
         if is_anchor:
             break
     return walk.plan
+
+
+def topic_swap(
+    question: Turn,
+    dependency: Dependency,
+    plan: CarryPlan,
+    user_turns: Sequence[Turn],
+    lang: str | None,
+    stopwords: frozenset[str],
+) -> str | None:
+    """The other reading of a bare "e férias?": the facet asked before, about a new topic.
+
+    Only for an ellipsis with a noun phrase of its own: not a prepositional restriction
+    ("e para PJ?"), not a slot value ("e dependentes?", "y en Chile?") and not a facet
+    ("e o prazo?"), all of which keep the topic; and only when nothing was replaced.
+    """
+    if dependency.kind != "ellipsis" or plan.replaced or not plan.carried:
+        return None
+    if is_hypothetical(question.tokens, dependency.opener):  # "e se eu estiver de férias?"
+        return None
+    if _frame(question.tokens, dependency.opener, lang, stopwords) is not None:
+        return None
+    rest = question.tokens[dependency.opener :]
+    words = [t.norm for t in rest if is_content_word(t.norm, stopwords)]
+    # A bare noun phrase is short; a longer rest asks something of its own.
+    if not 0 < len(words) <= 3 or any(w in FACETS for w in words) or slot_spans(rest):
+        return None
+    anchor = user_turns[min(c.offset for c in plan.carried)]
+    facets = {w for w in anchor.terms if w in FACETS}
+    phrase = render_phrase(rest, set(words))
+    if not facets:
+        return phrase
+    return f"{render_phrase(anchor.tokens, facets)} {phrase}"

@@ -13,6 +13,7 @@ from retrieval.pipeline.rewrite_rules.context import (
     assess,
     make_turn,
     plan_carry,
+    topic_swap,
 )
 from retrieval.pipeline.rewrite_rules.cues import is_hypothetical
 from retrieval.pipeline.rewrite_rules.lexicon import (
@@ -165,8 +166,9 @@ def _where(source: str, count: int, offset: int) -> str:
 
 def _resolve(
     ctx: _Context, part: Turn, users: list[Turn], label: str, source: str
-) -> tuple[str, Dependency, bool]:
-    """Return the query for one question and whether it took words from elsewhere."""
+) -> tuple[str, Dependency, bool, str | None]:
+    """Return the query for one question, whether it took words from elsewhere, and the
+    other reading of a bare follow-up that may change the topic (or None)."""
     notes = ctx.result.notes
     dependency = assess(part, ctx.lang, ctx.stats, ctx.protected, ctx.mentions)
     if source == "part" and dependency.kind in ("self", "weak"):
@@ -177,7 +179,7 @@ def _resolve(
     if not dependency.dependent:
         reason = "self-contained" if dependency.kind == "self" else "topic switch"
         notes.append(f"{label}{reason}: kept as asked")
-        return part.text.strip(), dependency, False
+        return part.text.strip(), dependency, False, None
     plan = plan_carry(
         part,
         dependency,
@@ -193,7 +195,7 @@ def _resolve(
         notes.append(
             f"{label}depends on context ({dependency.kind} '{dependency.cue}') but nothing to carry"
         )
-        return part.text.strip(), dependency, False
+        return part.text.strip(), dependency, False, None
     for old, new in plan.replaced:
         notes.append(f"{label}replaced '{old}' by '{new}'")
     for carried in plan.carried:
@@ -201,7 +203,10 @@ def _resolve(
             f"{label}follow-up ({dependency.kind} '{dependency.cue}'): carried "
             f"'{carried.phrase}' from {_where(source, len(users), carried.offset)}"
         )
-    return _compose(part, dependency, plan), dependency, True
+    swap = topic_swap(part, dependency, plan, users, ctx.lang, ctx.stopwords)
+    if swap:
+        notes.append(f"{label}may also change the topic: searched '{swap}' too")
+    return _compose(part, dependency, plan), dependency, True, swap
 
 
 def _has_topic(ctx: _Context, users: list[Turn]) -> bool:
@@ -312,7 +317,7 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
         label = f"part {index + 1}: " if len(parts) > 1 else ""
         # A later part leans on the parts before it ("... e o que acontece no meio?").
         context, source = (users, "user turn") if index == 0 else (resolved, "part")
-        query, dependency, carried = _resolve(ctx, part, context, label, source)
+        query, dependency, carried, swap = _resolve(ctx, part, context, label, source)
         pointing = dependency.kind in ("anaphor", "ellipsis")
         if index == 0 and pointing and not carried and not _has_topic(ctx, users):
             _ask_to_clarify(ctx, users)  # "e isso?" with nothing before it; still search
@@ -321,6 +326,8 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
             query, query_type = query.strip(_EDGES), "decompose"
         resolved.append(make_turn(query, ctx.stopwords))
         _add_query(ctx, query, query_type, seen)
+        if swap and len(parts) == 1:
+            _add_query(ctx, swap, "multi_query", seen)
     if len(parts) > 1:
         result.notes.append(f"split into {len(parts)} questions")
     result.queries = result.queries[: max(0, inp.max_queries)]

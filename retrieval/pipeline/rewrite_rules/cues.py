@@ -235,6 +235,24 @@ def find_anaphors(tokens: Sequence[Token], lang: str | None, content: frozenset[
     return found
 
 
+# Words that ask about a facet of a topic rather than name one ("qual o prazo?", "what is the
+# cost?"): an elliptical follow-up that swaps the topic keeps them ("e férias?" after "prazo
+# do reembolso" asks for the vacation deadline).
+FACETS = _set(
+    """
+    prazo prazos valor valores limite limites quanto quantos quantas regra regras desconto
+    descontos documento documentos requisito requisitos direito direitos pagamento data
+    datas dia dias periodo procedimento processo custo custos taxa taxas percentual politica
+    carencia aviso multa calculo teto minimo maximo horario frequencia elegibilidade
+    plazo plazos limite cuanto cuantos cuantas regla reglas descuento pago fecha fechas
+    procedimiento proceso costo coste tasa porcentaje
+    deadline deadlines value amount limit limits many much rule rules discount requirement
+    requirements eligibility right rights payment date dates day days period process
+    procedure cost costs price prices fee fees rate rates percentage policy minimum maximum
+    """
+)
+
+
 def strip_lead_filler(tokens: Sequence[Token]) -> list[Token]:
     """Drop chatter such as "ok," or "entendi," at the start of a turn."""
     rest = list(tokens)

@@ -93,8 +93,10 @@ def slot_of(word: str) -> str | None:
     """Return the slot of one normalised word, or None."""
     if _YEAR_RE.match(word):
         return "year"
-    slot = _SLOT_OF.get(word)
-    return slot if slot is not None else _SLOT_OF.get(_stem(word))
+    slot = _SLOT_OF.get(word) or _SLOT_OF.get(_stem(word))
+    if slot is None and len(word) > 2 and word.endswith("s"):
+        slot = _SLOT_OF.get(word[:-1])  # short plurals: "PJs", "CLTs"
+    return slot
 
 
 def _phrase_spans(

@@ -387,3 +387,21 @@ def test_never_raises_and_respects_limits(
         keys = [" ".join(normalize(q.text).split()) for q in result.queries]
         assert len(keys) == len(set(keys))
         lexicon_words(inp)
+
+
+def test_bare_new_topic_is_also_searched_with_the_facet_asked_before() -> None:
+    # "e férias?" after a question about the reimbursement deadline: either the deadline of
+    # vacation (a new topic) or vacation within reimbursements; both readings are searched.
+    result = rewrite("e férias?", "qual o prazo para pedir reembolso de despesas?", "30 dias.")
+    carried, swapped = texts(result)
+    assert {"reembolso", "ferias"} <= words(carried)
+    assert swapped == "prazo férias"
+    assert [q.type for q in result.queries] == ["expand", "multi_query"]
+
+
+def test_restrictions_and_facets_keep_the_topic_without_a_second_reading() -> None:
+    previous = "qual o prazo para pedir reembolso de despesas?"
+    for follow_up in ("e para PJs?", "e dependentes?", "e o prazo?", "e se eu for PJ?"):
+        result = rewrite(follow_up, previous, "30 dias.")
+        assert len(result.queries) == 1, (follow_up, texts(result))
+        assert "reembolso" in words(texts(result)[0]), follow_up
