@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export OMP_WAIT_POLICY ?= PASSIVE
 export CHATRAG_DEBUG ?= 1
 
-.PHONY: run test lint format typecheck bench evaluate db-stop clean
+.PHONY: run test lint format typecheck bench load evaluate db-stop clean
 
 # Translations are compiled from the committed .po files (needs gettext's msgfmt).
 MO := $(patsubst %.po,%.mo,$(wildcard locale/*/LC_MESSAGES/django.po))
@@ -38,14 +38,24 @@ format: $(VENV)/.installed
 typecheck: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
-bench: $(VENV)/.installed
+# Performance: search variants at 10k/100k/300k chunks, then a turn, WebSocket frames,
+# ingestion and memory at 100k; one table of targets at the end (JSON in .var/bench-*.json).
+bench: $(VENV)/.installed $(MO)
 	$(PY) -m chatrag.devdb start
-	$(PY) scripts/bench_search.py $(BENCH_ARGS)
+	$(PY) scripts/bench_search.py --sizes 10000,100000,300000 --json .var/bench-search.json $(BENCH_ARGS)
+	$(PY) scripts/bench_app.py --search-json .var/bench-search.json --json .var/bench-app.json $(APP_BENCH_ARGS)
+
+# WebSocket load: its own database (chatrag_load, seeded with the demo), a fake model server of
+# fixed latency and daphne on free ports; steps of 1..32 users. LOAD_ARGS=--help for options.
+load: $(VENV)/.installed $(MO)
+	$(PY) -m chatrag.devdb start
+	$(PY) scripts/load_ws.py --serve --json .var/load.json $(LOAD_ARGS)
 
 # Retrieval quality on the MTRAG development data (English), all baseline and rule modes.
 MTRAG ?= ../shared/data/mtrag-dev
 evaluate: $(VENV)/.installed
 	$(PY) -m chatrag.devdb start
+	$(PY) manage.py migrate --noinput
 	for d in clapnq cloud; do \
 	  $(PY) manage.py evaluate --corpus $(MTRAG)/$$d/corpus.jsonl --tasks $(MTRAG)/$$d/tasks.jsonl \
 	    --rewrite none,last-turn,rules --json .var/eval-$$d.json || exit 1; done

@@ -6,6 +6,7 @@ See `.env.example` and the README for the full list.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ INSTALLED_APPS = [
     "channels",
     "retrieval",
     "conversations",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -60,6 +62,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "chatrag.urls"
@@ -93,6 +97,12 @@ else:
 _db.setdefault("OPTIONS", {})
 _db["CONN_MAX_AGE"] = 0
 _db["CONN_HEALTH_CHECKS"] = True
+# A pool of connections per process (psycopg's, through Django): without it every database
+# call of the chat opens a connection of its own. The pool checks a connection before handing
+# it out (CONN_HEALTH_CHECKS), so a database restart costs no failed request.
+CHATRAG_DB_POOL_SIZE = env_int("CHATRAG_DB_POOL_SIZE", 10, minimum=0)
+if CHATRAG_DB_POOL_SIZE:
+    _db["OPTIONS"]["pool"] = {"min_size": 1, "max_size": CHATRAG_DB_POOL_SIZE, "timeout": 10}
 # One test database per test process, so several test runs can share one server.
 _db["TEST"] = {
     "NAME": env_str("CHATRAG_TEST_DB_NAME") or f"test_{_db.get('NAME') or 'chatrag'}_{os.getpid()}"
@@ -133,9 +143,12 @@ else:
         "PORT": "",
         "TIME_ZONE": None,
         **_db,
+        # The layer pools its own connections; its alias below deletes a row now and then.
+        "OPTIONS": {k: v for k, v in _db["OPTIONS"].items() if k != "pool"},
     }
+    # channels_postgres' layer, with a listener that survives a database restart.
     CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_postgres.core.PostgresChannelLayer", "CONFIG": _layer_db}
+        "default": {"BACKEND": "chatrag.layers.PostgresChannelLayer", "CONFIG": _layer_db}
     }
     # channels_postgres deletes group rows through this hard-coded alias: the same database.
     DATABASES["channels_postgres"] = {**_layer_db}
@@ -144,6 +157,13 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Periodic tasks (run by `celery beat`, or a worker started with -B as `make run` does).
+CELERY_BEAT_SCHEDULE = {
+    "purge-expired-conversations": {
+        "task": "conversations.purge_expired",
+        "schedule": 6 * 60 * 60,  # seconds; the purge is cheap and idempotent
+    },
+}
 
 # --- Auth, i18n, static ----------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -153,6 +173,28 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "chat"
 LOGOUT_REDIRECT_URL = "login"
+AUTHENTICATION_BACKENDS = [
+    # First: refuses every attempt, right password or not, while username + IP is locked out.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Failed logins are counted in the database (shared by every web process), per username and
+# client IP together: one attacker cannot lock everyone out, nor guess one password forever.
+AXES_FAILURE_LIMIT = env_int("CHATRAG_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(
+    minutes=env_float("CHATRAG_LOGIN_COOLOFF_MINUTES", 15.0, minimum=0.01)
+)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "conversations.views.auth.login_locked_out"
+AXES_CLIENT_IP_CALLABLE = "conversations.views.auth.client_ip"
+AXES_USERNAME_CALLABLE = "conversations.views.auth.login_username"
+# Reverse proxies in front of the app that append to X-Forwarded-For (0: none, use the peer).
+CHATRAG_PROXY_COUNT = env_int("CHATRAG_PROXY_COUNT", 0, minimum=0)
+AXES_VERBOSE = False
+# Failures are what throttling needs; a row per successful login (address, browser) would be
+# personal data kept with no purge.
+AXES_DISABLE_ACCESS_LOG = True
 
 LANGUAGE_CODE = "pt-br"
 LANGUAGES = [("pt-br", "Português"), ("es", "Español"), ("en", "English")]
@@ -164,15 +206,30 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+# WhiteNoise scans this folder when the app loads: it exists before `collectstatic` fills it.
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 MEDIA_ROOT = VAR_DIR / "media"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 
+# --- Security: cookies and HTTPS -----------------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = env_bool("CHATRAG_SECURE_COOKIES", not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# chat.js takes the token from the page's form field, never from the cookie.
+CSRF_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = env_choice("CHATRAG_COOKIE_SAMESITE", "Lax", {"Lax", "Strict"})
+CSRF_COOKIE_SAMESITE = SESSION_COOKIE_SAMESITE
+# Only behind a proxy that always overwrites X-Forwarded-Proto (deploy/nginx.conf does).
+if env_bool("CHATRAG_TRUST_X_FORWARDED_PROTO", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env_bool("CHATRAG_SSL_REDIRECT", False)
+# Sent on HTTPS responses only; on by default outside debug.
+SECURE_HSTS_SECONDS = env_int("CHATRAG_HSTS_SECONDS", 0 if DEBUG else 31_536_000, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("CHATRAG_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("CHATRAG_HSTS_PRELOAD", False)
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
@@ -204,6 +261,9 @@ CHATRAG_LLM_TIMEOUT = env_float("CHATRAG_LLM_TIMEOUT", 20.0, minimum=0.1)
 CHATRAG_REWRITE_TIMEOUT = env_float("CHATRAG_REWRITE_TIMEOUT", 8.0, minimum=0.1)
 
 CHATRAG_REWRITE_WINDOW = env_int("CHATRAG_REWRITE_WINDOW", 6, minimum=0)
+# auto: the model rewrites when one is configured, the rules otherwise. "rules" keeps the
+# rule rewriter even with a model (no model wait before the search starts).
+CHATRAG_REWRITE_MODE = env_choice("CHATRAG_REWRITE_MODE", "auto", {"auto", "rules", "llm"})
 CHATRAG_REWRITE_MAX_QUERIES = env_int("CHATRAG_REWRITE_MAX_QUERIES", 3, minimum=1)
 CHATRAG_REWRITE_MAX_QUERY_CHARS = env_int("CHATRAG_REWRITE_MAX_QUERY_CHARS", 300, minimum=20)
 # Employee registration numbers to mask (regex); empty means the default pattern.
@@ -226,10 +286,18 @@ CHATRAG_SEARCH_POOL_SIZE = env_int("CHATRAG_SEARCH_POOL_SIZE", 6, minimum=1)
 CHATRAG_MAX_MESSAGE_CHARS = env_int("CHATRAG_MAX_MESSAGE_CHARS", 4000, minimum=1)
 CHATRAG_RATE_LIMIT_PER_MINUTE = env_int("CHATRAG_RATE_LIMIT_PER_MINUTE", 20, minimum=1)
 
+# Staff review and privacy.
+# Conversations not updated for this many days are deleted by a periodic task (0: keep all).
+CHATRAG_RETENTION_DAYS = env_int("CHATRAG_RETENTION_DAYS", 180, minimum=0)
+# A turn whose answer took longer than this (milliseconds, end to end) counts as slow.
+CHATRAG_REVIEW_SLOW_MS = env_int("CHATRAG_REVIEW_SLOW_MS", 8000, minimum=1)
+
 # Ingestion.
 CHATRAG_MAX_UPLOAD_MB = env_int("CHATRAG_MAX_UPLOAD_MB", 20, minimum=1)
 CHATRAG_CHUNK_CHARS = env_int("CHATRAG_CHUNK_CHARS", 1200, minimum=200)
 CHATRAG_CHUNK_OVERLAP = env_int("CHATRAG_CHUNK_OVERLAP", 150, minimum=0)
 # Language assumed for a document whose language cannot be told from its text.
 CHATRAG_DEFAULT_LANGUAGE = env_choice("CHATRAG_DEFAULT_LANGUAGE", "pt", {"pt", "es", "en"})
+# The collection the chat searches (its slug); the demo and `ingest` use "company".
+CHATRAG_COLLECTION = env_str("CHATRAG_COLLECTION", "company")
 CHATRAG_DEMO_KB = Path(env_str("CHATRAG_DEMO_KB", str(BASE_DIR / "demo" / "kb")))
