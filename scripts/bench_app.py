@@ -154,6 +154,13 @@ def measure_turns(turns: int) -> dict[str, Any]:
         for i in range(turns):
             await one(tasks[i % len(tasks)])
 
+    # A first, untimed pass: the pages each question reads are then in shared buffers, as on
+    # a server that has been answering for a while (the search benchmark warms up alike).
+    asyncio.run(run_all())
+    totals.clear()
+    queries.clear()
+    for values in (*frames.values(), *stages.values()):
+        values.clear()
     asyncio.run(run_all())
     mean_total = sum(totals) / len(totals)
     shares = {
@@ -391,7 +398,7 @@ def print_report(app: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     for row in rows:
         sign = ">=" if row["unit"] in {"x", "%"} and "parallel" not in row["target"] else "<="
         print(
-            f"{row['target']:<42} {row['value']:>9.1f}{row['unit']:<1} {sign}{row['limit']:>6.0f}"
+            f"{row['target']:<42} {row['value']:>9.1f}{row['unit']:<1} {sign}{row['limit']:>6.4g}"
             f"  {'yes' if row['met'] else 'NO'}"
         )
 
