@@ -9,22 +9,24 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import channels_postgres.db
 import pytest
 import pytest_asyncio
-from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.db import connections
-from django.test import Client
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from chatrag.asgi import application
 from conversations import consumers, turns
 from conversations.models import Conversation, Message, TurnTrace
 from retrieval.models import Document
 from retrieval.services import _chat_model, chat_model
+from tests.support import WS_WAIT_S
+from tests.support import close_postgres_layer as _close_postgres_layer
+from tests.support import finish_turns as _finish_turns
+from tests.support import ws_communicator as _communicator
+from tests.support import ws_connected as _connected
+from tests.support import ws_pong as _pong
+from tests.support import ws_until as _until
 
 # The layer's tables live in the test database, and channels_postgres deletes group rows
 # through its own "channels_postgres" database alias when there is one.
@@ -33,35 +35,11 @@ pytestmark = [
     pytest.mark.asyncio,
 ]
 
-ORIGIN = b"http://127.0.0.1:8000"
 RESTRICTED_DOC = "pt/faixas-salariais-2026"
-WAIT_S = 20  # a hang guard for one frame, never a performance assertion
+WAIT_S = WS_WAIT_S
 
 
 # --- helpers --------------------------------------------------------------------------------------
-
-
-async def _finish_turns() -> None:
-    """Wait for the turns started by consumers: they write to the database, flushed next."""
-    if turns._TASKS:
-        await asyncio.wait_for(asyncio.gather(*turns._TASKS, return_exceptions=True), WAIT_S)
-
-
-async def _close_postgres_layer() -> None:
-    """Close channels_postgres' process-wide pool: it is bound to this test's event loop."""
-    pool = channels_postgres.db.connection_pool
-    if pool is not None:
-        await pool.close()
-        channels_postgres.db.connection_pool = None
-    channels_postgres.db.is_creating_connection_pool = asyncio.Lock()
-    # Its LISTEN task and delayed clean-ups would otherwise outlive the test's loop.
-    current = asyncio.current_task()
-    others = [task for task in asyncio.all_tasks() if task is not current]
-    for task in others:
-        task.cancel()
-    await asyncio.gather(*others, return_exceptions=True)
-    # group_discard deletes through the ORM in a worker thread: close what it opened there.
-    await sync_to_async(connections.close_all)()
 
 
 @pytest.fixture(autouse=True)
@@ -79,50 +57,11 @@ async def _settled() -> AsyncIterator[None]:
     consumers._recent.clear()
 
 
-def _session_cookie(user: Any) -> str:
-    client = Client()
-    client.force_login(user)
-    return client.cookies["sessionid"].value
-
-
-async def _communicator(user: Any = None, origin: bytes | None = ORIGIN) -> WebsocketCommunicator:
-    headers = [(b"host", b"127.0.0.1:8000")]
-    if origin is not None:
-        headers.append((b"origin", origin))
-    if user is not None:
-        key = await sync_to_async(_session_cookie)(user)
-        headers.append((b"cookie", f"sessionid={key}".encode()))
-    return WebsocketCommunicator(application, "/ws/chat/", headers=headers)
-
-
-async def _connected(user: Any) -> WebsocketCommunicator:
-    communicator = await _communicator(user)
-    connected, code = await communicator.connect(timeout=WAIT_S)
-    assert connected, code
-    return communicator
-
-
-async def _until(communicator: WebsocketCommunicator, *types: str) -> list[dict[str, Any]]:
-    """Receive frames up to and including the first one of `types`."""
-    frames: list[dict[str, Any]] = []
-    while True:
-        frame = await communicator.receive_json_from(timeout=WAIT_S)
-        frames.append(frame)
-        if frame["type"] in types:
-            return frames
-
-
 async def _ask(
     communicator: WebsocketCommunicator, text: str, conversation: int | None = None
 ) -> list[dict[str, Any]]:
     await communicator.send_json_to({"type": "message", "conversation": conversation, "text": text})
     return await _until(communicator, "done", "clarify", "error")
-
-
-async def _pong(communicator: WebsocketCommunicator) -> None:
-    """Frames are answered in order: a pong proves nothing else was queued before it."""
-    await communicator.send_json_to({"type": "ping"})
-    assert await communicator.receive_json_from(timeout=WAIT_S) == {"type": "pong"}
 
 
 @database_sync_to_async
