@@ -380,16 +380,6 @@ async def test_bare_follow_up_in_a_new_conversation_asks_to_clarify(
 # --- a model that streams slowly ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def model_server() -> Iterator[HTTPServer]:
-    """A real local HTTP server; threaded, so a stalled stream does not block other requests."""
-    server = HTTPServer(threaded=True)
-    server.start()
-    yield server
-    server.clear()
-    server.stop()
-
-
 REWRITE = {
     "queries": [{"text": "dias de férias por ano", "type": "normalize", "area": None}],
     "needs_clarification": False,

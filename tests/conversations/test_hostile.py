@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -470,15 +470,6 @@ async def test_hostile_questions_never_escape_the_users_scope(
 
 
 # --- a model that obeys the injection -------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def model_server() -> Iterator[HTTPServer]:
-    server = HTTPServer(threaded=True)
-    server.start()
-    yield server
-    server.clear()
-    server.stop()
 
 
 @pytest_asyncio.fixture

@@ -47,16 +47,6 @@ CUT_NOTE = "A resposta do modelo foi interrompida; o texto acima pode estar inco
 # --- model servers --------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def model_server() -> Iterator[HTTPServer]:
-    """A real local HTTP server; threaded, so a stalled request does not block the next."""
-    server = HTTPServer(threaded=True)
-    server.start()
-    yield server
-    server.clear()
-    server.stop()
-
-
 @pytest.fixture
 def release() -> Iterator[threading.Event]:
     """Lets a stalled server handler go on; always set at the end so no thread lingers."""
