@@ -405,3 +405,18 @@ def test_restrictions_and_facets_keep_the_topic_without_a_second_reading() -> No
         result = rewrite(follow_up, previous, "30 dias.")
         assert len(result.queries) == 1, (follow_up, texts(result))
         assert "reembolso" in words(texts(result)[0]), follow_up
+
+
+def test_a_chain_of_facet_questions_goes_back_to_the_turn_that_named_the_topic() -> None:
+    history = (
+        "como funciona o reembolso de despesas de viagem?",
+        "Pelo portal.",
+        "e o prazo?",
+        "30 dias.",
+        "e o limite?",
+        "R$ 500.",
+        "e o comprovante?",
+        "Nota fiscal.",
+    )
+    result = rewrite("e a aprovação?", *history)
+    assert {"reembolso", "despesas", "aprovacao"} <= words(texts(result)[0])
