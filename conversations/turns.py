@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
@@ -194,8 +194,7 @@ def _rewrite_frame(
     }
 
 
-@in_db_thread
-def _save_trace(message: Message, outcome: RetrievalOutcome | None, errors: list[str]) -> None:
+def _write_trace(message: Message, outcome: RetrievalOutcome | None, errors: list[str]) -> None:
     fields: dict[str, Any] = {"errors": errors}
     if outcome is not None:
         fields.update(
@@ -209,6 +208,9 @@ def _save_trace(message: Message, outcome: RetrievalOutcome | None, errors: list
             no_results=not outcome.passages,
         )
     TurnTrace.objects.update_or_create(message=message, defaults=fields)
+
+
+_save_trace = in_db_thread(_write_trace)
 
 
 @in_db_thread
@@ -244,8 +246,7 @@ def _create_answer(
     return answer
 
 
-@in_db_thread
-def _save_answer(
+def _write_answer(
     answer: Message,
     *,
     text: str,
@@ -268,9 +269,17 @@ def _save_answer(
     answer.save(update_fields=fields)
 
 
+_save_answer = in_db_thread(_write_answer)
+
+
 @in_db_thread
-def _mark_user_message(message: Message, status: str) -> None:
-    Message.objects.filter(pk=message.pk).update(status=status)
+def _store_failure(message: Message, streaming: Message | None, text: str, failure: str) -> None:
+    """Record a failed turn in one transaction: answer, trace and question change together."""
+    with transaction.atomic():
+        if streaming is not None:
+            _write_answer(streaming, text=text, status=Message.Status.ERROR, error=failure)
+        _write_trace(message, None, [failure])
+        Message.objects.filter(pk=message.pk).update(status=Message.Status.ERROR)
 
 
 async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = None) -> None:
@@ -390,10 +399,7 @@ async def _record_failure(
     for delay in (0.0, *RECORD_RETRY_DELAYS_S):
         await asyncio.sleep(delay)
         try:
-            if streaming is not None:
-                await _save_answer(streaming, text=text, status=Message.Status.ERROR, error=failure)
-            await _save_trace(message, None, [failure])
-            await _mark_user_message(message, Message.Status.ERROR)
+            await _store_failure(message, streaming, text, failure)
             return
         except (OperationalError, InterfaceError) as exc:  # unreachable: maybe restarting
             logger.warning("turn %s: database unreachable (%s); retrying", message.id, exc)
