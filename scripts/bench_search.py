@@ -45,6 +45,7 @@ if str(BASE_DIR) not in sys.path:  # run as `python scripts/bench_search.py`
     sys.path.insert(0, str(BASE_DIR))
 
 from retrieval.pipeline.search import (  # noqa: E402
+    VECTOR_LEG_SQL,
     VOCABULARY_REBUILD_SQL,
     Scope,
     SearchEngine,
@@ -624,16 +625,6 @@ def _build(
 # --- Variants ---------------------------------------------------------------------------------
 
 _PERMISSION = "(%(all)s OR c.is_public OR c.group_ids && %(groups)s::int[])"
-_VECTOR_LEG = f"""
-    SELECT id, row_number() OVER (ORDER BY distance) AS rank
-    FROM (
-        SELECT c.id, c.embedding <=> %(qvec)s::vector AS distance
-        FROM retrieval_chunk c
-        WHERE c.collection_id = %(collection)s AND {_PERMISSION}
-        ORDER BY c.embedding <=> %(qvec)s::vector
-        LIMIT %(kv)s
-    ) nearest
-"""  # noqa: S608 - composed of the constants above; values are bound
 _ROWS = """
     SELECT c.id, c.document_id, d.external_id, d.title, c.heading, c.text, c.position, c.area
     FROM retrieval_chunk c JOIN retrieval_document d ON d.id = c.document_id
@@ -641,7 +632,7 @@ _ROWS = """
 # The Azure rag-postgres-openai-python shape: the text leg computes to_tsvector per row at
 # query time in one hardcoded configuration, ANDs the words (plainto_tsquery), no text index.
 _AZURE_SQL = f"""
-WITH vec AS ({_VECTOR_LEG}),
+WITH vec AS ({VECTOR_LEG_SQL}),
 txt AS (
     SELECT c.id, RANK() OVER (
                ORDER BY ts_rank_cd(to_tsvector('portuguese', c.text), query) DESC) AS rank
@@ -660,7 +651,7 @@ SELECT r.*, f.score FROM fused f JOIN ({_ROWS}) r ON r.id = f.id
 ORDER BY f.score DESC, r.id LIMIT %(limit)s
 """  # noqa: S608 - composed of the constants above; values are bound
 _VECTOR_ROWS = f"""
-WITH vec AS ({_VECTOR_LEG})
+WITH vec AS ({VECTOR_LEG_SQL})
 SELECT r.* FROM vec JOIN ({_ROWS}) r ON r.id = vec.id ORDER BY vec.rank
 """  # noqa: S608 - composed of the constants above; values are bound
 

@@ -333,14 +333,9 @@ def document_set_groups(*, document: Document, group_names: Sequence[str]) -> No
 def vocabulary_rebuild(*, collection: Collection) -> int:
     """Recount the collection's words (accent-free, lower case) and their chunk frequency."""
     with connection.cursor() as cursor:
-        for statement in VOCABULARY_REBUILD_SQL:
+        for statement in VOCABULARY_REBUILD_SQL:  # the delete, then the insert
             cursor.execute(statement, {"collection": collection.id})
-        cursor.execute(
-            "SELECT count(*) FROM retrieval_vocabularyterm WHERE collection_id = %s",
-            [collection.id],
-        )
-        row = cursor.fetchone()
-        return int(row[0]) if row else 0
+        return cursor.rowcount
 
 
 def sources_from_paths(paths: Sequence[Path]) -> tuple[list[SourceDocument | FileOutcome], int]:

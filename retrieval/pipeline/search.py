@@ -84,9 +84,9 @@ def fulltext_words(text: str, max_terms: int = 32) -> list[str]:
 _CONFIGS = (("portuguese", "pt"), ("spanish", "es"), ("english", "en"), ("simple", "si"))
 
 
-def _per_config(kind: str) -> str:
+def _per_config(kind: str, alias: str) -> str:
     return (
-        "CASE c.fts_config "
+        f"CASE {alias}.fts_config "
         + " ".join(f"WHEN '{config}' THEN q.{kind}_{short}" for config, short in _CONFIGS[:3])
         + f" ELSE q.{kind}_si END"
     )
@@ -108,6 +108,23 @@ def _tsqueries(kind: str) -> str:
         f"websearch_to_tsquery('{config}', unaccent({kind}_text)) AS {kind}_{short}"
         for config, short in _CONFIGS
     )
+
+
+def _tier(kind: str, gate: str) -> str:
+    """One tier: at most `scan` chunks matching the `kind` query (when `gate` holds), ranked
+    against the OR of all kept words."""
+    return f"""
+    SELECT m.id, ts_rank_cd(m.search_vector, {_per_config("or", "m")}, 1) AS score
+    FROM (
+        SELECT c.id, c.search_vector, c.fts_config
+        FROM retrieval_chunk c, q
+        WHERE {gate}
+          AND c.collection_id{{IN_COLLECTION}}
+          AND (%(all)s OR c.is_public OR c.group_ids && %(groups)s::int[])
+          AND {_matches(kind)}
+        LIMIT %(scan)s
+    ) m, q
+"""  # noqa: S608 - composed of constants; every value is a bound parameter
 
 
 # The full-text leg, in two tiers so that its cost stays bounded as the collection grows:
@@ -140,29 +157,8 @@ words AS MATERIALIZED (
 q AS MATERIALIZED (  -- computed once, not per row; lets the planner use the GIN index
     SELECT {_tsqueries("and")}, {_tsqueries("or")} FROM words
 ),
-tier1 AS MATERIALIZED (
-    SELECT m.id, ts_rank_cd(m.search_vector, {_per_config("or").replace("c.", "m.")}, 1) AS score
-    FROM (
-        SELECT c.id, c.search_vector, c.fts_config
-        FROM retrieval_chunk c, q
-        WHERE c.collection_id{{IN_COLLECTION}}
-          AND (%(all)s OR c.is_public OR c.group_ids && %(groups)s::int[])
-          AND {_matches("and")}
-        LIMIT %(scan)s
-    ) m, q
-),
-tier2 AS (
-    SELECT m.id, ts_rank_cd(m.search_vector, {_per_config("or").replace("c.", "m.")}, 1) AS score
-    FROM (
-        SELECT c.id, c.search_vector, c.fts_config
-        FROM retrieval_chunk c, q
-        WHERE (SELECT count(*) FROM tier1) < %(kt)s
-          AND c.collection_id{{IN_COLLECTION}}
-          AND (%(all)s OR c.is_public OR c.group_ids && %(groups)s::int[])
-          AND {_matches("or")}
-        LIMIT %(scan)s
-    ) m, q
-),
+tier1 AS MATERIALIZED ({_tier("and", "true")}),
+tier2 AS ({_tier("or", "(SELECT count(*) FROM tier1) < %(kt)s")}),
 txt AS (
     SELECT id, row_number() OVER (ORDER BY score DESC, id) AS rank
     FROM (
@@ -194,7 +190,8 @@ LIMIT %(limit)s
 """  # noqa: S608 - composed of constants; every value is a bound parameter
 
 
-_VEC_LEG = """
+# The vector leg (the benchmark times its variants with this same SQL).
+VECTOR_LEG_SQL = """
     SELECT id, row_number() OVER (ORDER BY distance) AS rank
     FROM (
         SELECT c.id, c.embedding <=> %(qvec)s::vector AS distance
@@ -215,7 +212,7 @@ _NO_VEC_LEG = "SELECT NULL::bigint AS id, NULL::bigint AS rank WHERE false"
 _IN_COLLECTION = {False: " = %(collection)s", True: " + 0 = %(collection)s"}
 _SQL = {
     (with_vector, most): _HYBRID_SQL.replace(
-        "%VEC%", _VEC_LEG if with_vector else _NO_VEC_LEG
+        "%VEC%", VECTOR_LEG_SQL if with_vector else _NO_VEC_LEG
     ).replace("{IN_COLLECTION}", _IN_COLLECTION[most])
     for with_vector in (True, False)
     for most in (True, False)
@@ -356,26 +353,37 @@ class SearchEngine:
             ).fetchone()
         count = int(row[0]) if row else 0
         total = float(row[1]) if row and row[1] is not None else -1.0
-        share = count / total if total > 0 else 1.0  # never analysed: assume alone
-        self._sizes[collection_id] = (time.monotonic(), count, min(share, 1.0))
-        return count, min(share, 1.0)
+        share = min(count / total, 1.0) if total > 0 else 1.0  # never analysed: assume alone
+        self._sizes[collection_id] = (time.monotonic(), count, share)
+        return count, share
 
     def chunk_count(self, collection_id: int) -> int:
         """How many chunks a collection has (cached a minute: it only sizes term filters)."""
         return self.collection_size(collection_id)[0]
 
     def search(self, request: SearchRequest, scope: Scope, params: SearchParams) -> list[Hit]:
-        count, share = self.collection_size(scope.collection_id)
+        return self._search(request, scope, params, self.collection_size(scope.collection_id))
+
+    def _search(
+        self,
+        request: SearchRequest,
+        scope: Scope,
+        params: SearchParams,
+        size: tuple[int, float],
+    ) -> list[Hit]:
         with self.pool.connection() as conn:
-            return hybrid_search(conn, request, scope, params, chunk_count=count, table_share=share)
+            return hybrid_search(
+                conn, request, scope, params, chunk_count=size[0], table_share=size[1]
+            )
 
     def search_many(
         self, requests: Sequence[SearchRequest], scope: Scope, params: SearchParams
     ) -> list[list[Hit]]:
         """Run all requests concurrently; results keep the requests' order."""
+        size = self.collection_size(scope.collection_id)  # once, not per thread
         if len(requests) == 1:
-            return [self.search(requests[0], scope, params)]
-        futures = [self._executor.submit(self.search, r, scope, params) for r in requests]
+            return [self._search(requests[0], scope, params, size)]
+        futures = [self._executor.submit(self._search, r, scope, params, size) for r in requests]
         return [f.result() for f in futures]
 
     def search_sequential(
