@@ -102,8 +102,8 @@ class TurnContext:
     embedder: Embedder | None
 
 
-@in_db_thread
-def _load(message_id: int) -> TurnContext:
+def turn_context(message_id: int) -> TurnContext:
+    """Everything a turn needs about its message, its owner and the collection (sync)."""
     message = Message.objects.select_related("conversation__owner").get(pk=message_id)
     user = message.conversation.owner
     collection = default_collection()
@@ -122,6 +122,32 @@ def _load(message_id: int) -> TurnContext:
         model=chat_model(),
         known_names=list(known_names_for(user)),
         embedder=query_embedder_for(collection=collection),
+    )
+
+
+_load = in_db_thread(turn_context)
+
+
+async def turn_retrieve(
+    ctx: TurnContext,
+    *,
+    language: str,
+    on_rewrite: Callable[[RewriteAnnouncement], Awaitable[None]] | None = None,
+) -> RetrievalOutcome:
+    """Rewrite and search the turn's question as its owner (the retrieval half of a turn)."""
+    return await retrieve(
+        question=ctx.question,
+        history=ctx.history,
+        glossary=ctx.glossary,
+        scope=ctx.scope,
+        engine=ctx.engine,
+        embedder=ctx.embedder,
+        lexicon=VocabularyLexicon(ctx.engine, ctx.collection.id),
+        settings=ctx.settings,
+        model=ctx.model,
+        known_names=ctx.known_names,
+        language=language,
+        on_rewrite=on_rewrite,
     )
 
 
@@ -304,20 +330,7 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
             await emit(_rewrite_frame(announced, question, message_id))
             timings["to_rewrite_frame"] = since()
 
-        outcome = await retrieve(
-            question=ctx.question,
-            history=ctx.history,
-            glossary=ctx.glossary,
-            scope=ctx.scope,
-            engine=ctx.engine,
-            embedder=ctx.embedder,
-            lexicon=VocabularyLexicon(ctx.engine, ctx.collection.id),
-            settings=ctx.settings,
-            model=ctx.model,
-            known_names=ctx.known_names,
-            language=language,
-            on_rewrite=announce,
-        )
+        outcome = await turn_retrieve(ctx, language=language, on_rewrite=announce)
         await _save_trace(ctx.message, outcome, outcome.errors)
 
         rewrite = outcome.rewrite

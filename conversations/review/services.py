@@ -7,29 +7,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from conversations.models import Conversation, Message, StaffAccessLog, TurnTrace
-from conversations.selectors import history_before
+from conversations.models import Conversation, StaffAccessLog, TurnTrace
+from conversations.turns import turn_context, turn_retrieve
 from retrieval.pipeline.answer import answer_language
 from retrieval.pipeline.fusion import ranked_documents
-from retrieval.pipeline.retrieve import retrieve
-from retrieval.pipeline.types import HistoryMessage
-from retrieval.services import (
-    VocabularyLexicon,
-    chat_model,
-    default_collection,
-    glossary_for,
-    known_names_for,
-    query_embedder_for,
-    retrieval_settings,
-    scope_for_user,
-    search_engine,
-)
 
 
 def staff_access_record(
@@ -90,26 +76,8 @@ def turn_retry(*, trace: TurnTrace) -> RetryResult:
 
     Staff use it to check that a glossary entry or a re-indexed document fixed the turn.
     """
-    message = Message.objects.select_related("conversation__owner").get(pk=trace.message_id)
-    owner = message.conversation.owner
-    collection = default_collection()
-    window = history_before(message=message, limit=settings.CHATRAG_REWRITE_WINDOW)
-    engine = search_engine()
-    outcome = async_to_sync(retrieve)(
-        question=message.text,
-        history=[
-            HistoryMessage("user" if m.role == "user" else "assistant", m.text) for m in window
-        ],
-        glossary=glossary_for(collection=collection),
-        scope=scope_for_user(user=owner, collection=collection),
-        engine=engine,
-        embedder=query_embedder_for(collection=collection),
-        lexicon=VocabularyLexicon(engine, collection.id),
-        settings=retrieval_settings(),
-        model=chat_model(),
-        known_names=list(known_names_for(owner)),
-        language=answer_language(message.text),
-    )
+    ctx = turn_context(trace.message_id)
+    outcome = async_to_sync(turn_retrieve)(ctx, language=answer_language(ctx.question))
     titles = {m.hit.external_id: m.hit.title for m in outcome.merged}
     return RetryResult(
         backend=outcome.rewrite.backend,
