@@ -48,16 +48,10 @@ for path in (BASE_DIR, SCRIPTS):
 
 import bench_search  # noqa: E402
 
+from retrieval.pipeline.metrics import percentile  # noqa: E402
+
 WORKER_READY_TIMEOUT_S = 180.0
 TURN_FRAMES = ("rewrite", "sources", "delta", "done")
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def _stats(values: list[float]) -> dict[str, float]:
@@ -296,10 +290,8 @@ def measure_ingestion(env: dict[str, str], docs: int) -> dict[str, Any]:
     command = [sys.executable, "-m", "celery", "-A", "chatrag", "worker", "--pool", "solo"]
     command += ["--concurrency", "1", "--loglevel", "INFO", "--without-heartbeat"]
     with _process(command, worker_env, logs / "bench-worker.log") as worker:
+        # Outside a transaction, the job's on_commit enqueue runs at once.
         job = ingestion_job_create(collection=collection, paths=paths)
-        from django.db import transaction
-
-        transaction.get_connection().run_and_clear_commit_hooks()
         deadline = time.monotonic() + WORKER_READY_TIMEOUT_S + 10 * len(texts)
         while time.monotonic() < deadline:
             job.refresh_from_db()
