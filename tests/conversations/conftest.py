@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
+import pytest_asyncio
 from pytest_httpserver import HTTPServer
+
+from tests.support import close_postgres_layer, finish_turns
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hasher(settings: Any) -> None:
+    """The personas are created per test; PBKDF2 would cost a second each time."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture(scope="module")
@@ -17,3 +27,17 @@ def model_server() -> Iterator[HTTPServer]:
     yield server
     server.clear()
     server.stop()
+
+
+@pytest_asyncio.fixture
+async def ws_settled() -> AsyncIterator[None]:
+    """Around a WebSocket test: no rate-limit history before it, and after it every turn it
+    started has finished and the channel layer's pool (bound to its event loop) is closed."""
+    from conversations import consumers, turns
+
+    consumers._recent.clear()
+    yield
+    await finish_turns()
+    await close_postgres_layer()
+    consumers._recent.clear()
+    turns.LIVE.clear()

@@ -38,12 +38,6 @@ SECRETS = (
 RESTRICTED_TEXT = "Banda P3 da matriz de mérito: tabela confidencial"
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hasher(settings: Any) -> None:
-    """The personas are created per test; PBKDF2 would cost a second each time."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @dataclass
 class World:
     users: dict[str, User]

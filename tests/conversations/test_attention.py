@@ -31,11 +31,6 @@ QUESTION = "como funciona o TRI?"  # TRI: the company's name for full-time remot
 RIGHT = "pt/trabalho-remoto-integral"
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hasher(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 async def _ignore(event: dict[str, Any]) -> None:
     return None
 

@@ -16,12 +16,11 @@ from channels.testing import WebsocketCommunicator
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from conversations import consumers, turns
+from conversations import turns
 from conversations.models import Conversation, Message, TurnTrace
 from retrieval.models import Document
 from retrieval.services import _chat_model, chat_model
 from tests.support import WS_WAIT_S
-from tests.support import close_postgres_layer as _close_postgres_layer
 from tests.support import finish_turns as _finish_turns
 from tests.support import ws_communicator as _communicator
 from tests.support import ws_connected as _connected
@@ -43,18 +42,8 @@ WAIT_S = WS_WAIT_S
 
 
 @pytest.fixture(autouse=True)
-def _fast_password_hasher(settings: Any) -> None:
-    """The personas are created per test; PBKDF2 would cost a second each time."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest_asyncio.fixture(autouse=True)
-async def _settled() -> AsyncIterator[None]:
-    consumers._recent.clear()
-    yield
-    await _finish_turns()
-    await _close_postgres_layer()
-    consumers._recent.clear()
+def _settled(ws_settled: None) -> None:
+    """Every test here uses the socket: settle it (tests/conversations/conftest.py)."""
 
 
 async def _ask(

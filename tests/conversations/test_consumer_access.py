@@ -8,22 +8,18 @@ anonymous sockets are closed before any action; a session that ends closes the s
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.contrib.sessions.models import Session
 
-from conversations import consumers, turns
+from conversations import turns
 from conversations.models import Conversation, Message
 from tests.support import (
     WS_WAIT_S,
-    close_postgres_layer,
-    finish_turns,
     ws_communicator,
     ws_connected,
     ws_pong,
@@ -40,18 +36,8 @@ SECRET_PARTIAL = "Resposta secreta em andamento"
 
 
 @pytest.fixture(autouse=True)
-def _fast_password_hasher(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest_asyncio.fixture(autouse=True)
-async def _settled() -> AsyncIterator[None]:
-    consumers._recent.clear()
-    yield
-    await finish_turns()
-    await close_postgres_layer()
-    consumers._recent.clear()
-    turns.LIVE.clear()
+def _settled(ws_settled: None) -> None:
+    """Every test here uses the socket: settle it (tests/conversations/conftest.py)."""
 
 
 @dataclass

@@ -63,11 +63,6 @@ ROOT = Path(__file__).resolve().parents[2]
 ASYNC_DB = [pytest.mark.django_db(transaction=True, databases="__all__"), pytest.mark.asyncio]
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hasher(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 # --- what a page may contain ----------------------------------------------------------------------
 
 

@@ -38,11 +38,6 @@ EMAIL = "ana.souza@example.com"
 CPF = "529.982.247-25"
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hasher(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def boss(db: None) -> User:
     return User.objects.create_superuser("boss", password="pw-boss-123")

@@ -28,13 +28,6 @@ from conversations.services import (
 )
 from retrieval.services import default_collection
 
-
-@pytest.fixture(autouse=True)
-def _fast_password_hasher(settings: Any) -> None:
-    """The personas are created per test; PBKDF2 would cost a second each time."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 # --- clean_user_text ------------------------------------------------------------------------------
 
 

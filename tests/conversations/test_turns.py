@@ -55,12 +55,6 @@ def release() -> Iterator[threading.Event]:
     event.set()
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hasher(settings: Any) -> None:
-    """The personas are created per test; PBKDF2 would cost a second each time."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 async def _finish_turns() -> None:
     if turns._TASKS:
         await asyncio.wait_for(asyncio.gather(*turns._TASKS, return_exceptions=True), WAIT_S)
