@@ -106,6 +106,10 @@ class RewriteResult:
     notes: list[str] = field(default_factory=list)
     error: str | None = None
     anomalies: list[str] = field(default_factory=list)
+    # Small talk ("obrigado!", "bom dia"): reply politely, search nothing, reopen no topic.
+    # `small_talk` says which kind ("thanks", "greeting", "ack", "farewell", "chat").
+    no_search: bool = False
+    small_talk: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         """Return a JSON-ready dict (for traces and WebSocket frames)."""
@@ -133,4 +137,6 @@ class RewriteResult:
             "notes": list(self.notes),
             "error": self.error,
             "anomalies": list(self.anomalies),
+            "no_search": self.no_search,
+            "small_talk": self.small_talk,
         }
