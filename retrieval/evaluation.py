@@ -31,6 +31,8 @@ class EvaluationInputError(Exception):
 
 @dataclass(frozen=True)
 class EvalTask:
+    """One judged turn, in the format of `../shared/data/ptes-dev` (a superset of MTRAG's)."""
+
     id: str
     history: tuple[HistoryMessage, ...]
     question: str
@@ -38,6 +40,15 @@ class EvalTask:
     category: str = "all"
     expect_clarification: bool = False
     language: str | None = None
+    # Small talk: the best outcome is no search at all.
+    expect_no_search: bool = False
+    # The documents behind the competing readings of a clarification turn.
+    ambiguous_between: frozenset[str] = frozenset()
+    # Diagnostics of the rewrite, matched against all the turn's queries together.
+    expected_queries_contain: tuple[str, ...] = ()
+    queries_must_not_contain: tuple[str, ...] = ()
+    # Facts a correct answer states; () means "not annotated", not "nothing to say".
+    expected_answer_contains: tuple[str, ...] = ()
 
 
 @dataclass
@@ -174,6 +185,27 @@ def tasks_parse(text: str, *, name: str = "tasks") -> list[EvalTask]:
     return tasks
 
 
+def _history(raw: list[object], where: str) -> tuple[HistoryMessage, ...]:
+    """Messages as `{"role", "text"}` objects, or plain strings alternating user/assistant."""
+    history = []
+    for index, item in enumerate(raw):
+        if isinstance(item, str):
+            # Seed 003's format: a list of strings, the user's first.
+            history.append(HistoryMessage("user" if index % 2 == 0 else "assistant", item))
+            continue
+        if not isinstance(item, dict) or item.get("role") not in {"user", "assistant"}:
+            raise EvaluationInputError(f"{where}: bad history message")
+        history.append(HistoryMessage(role=item["role"], text=str(item.get("text", ""))))
+    return tuple(history)
+
+
+def _strings(record: dict[str, object], key: str, where: str) -> tuple[str, ...]:
+    value = record.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise EvaluationInputError(f"{where}: {key!r} must be a list of strings")
+    return tuple(v for v in value if v.strip())
+
+
 def task_from_record(
     record: dict[str, object], *, where: str = "task", default_id: str = ""
 ) -> EvalTask:
@@ -185,21 +217,21 @@ def task_from_record(
     relevant = record.get("relevant") or []
     if not isinstance(history_raw, list) or not isinstance(relevant, list):
         raise EvaluationInputError(f"{where}: 'history' and 'relevant' must be lists")
-    history = []
-    for item in history_raw:
-        if not isinstance(item, dict) or item.get("role") not in {"user", "assistant"}:
-            raise EvaluationInputError(f"{where}: bad history message")
-        history.append(HistoryMessage(role=item["role"], text=str(item.get("text", ""))))
     category = record.get("category")
     lang = record.get("lang")
     return EvalTask(
         id=str(record.get("id", default_id or where)),
-        history=tuple(history),
+        history=_history(history_raw, where),
         question=question,
         relevant=frozenset(str(r) for r in relevant),
         category=str(category) if category else "all",
         expect_clarification=bool(record.get("expect_clarification", False)),
         language=str(lang) if lang else None,
+        expect_no_search=bool(record.get("expect_no_search", False)),
+        ambiguous_between=frozenset(_strings(record, "ambiguous_between", where)),
+        expected_queries_contain=_strings(record, "expected_queries_contain", where),
+        queries_must_not_contain=_strings(record, "queries_must_not_contain", where),
+        expected_answer_contains=_strings(record, "expected_answer_contains", where),
     )
 
 

@@ -1,20 +1,42 @@
-"""Run judged tasks through the real retrieval pipeline and score them."""
+"""Run judged tasks through the real retrieval pipeline (and, asked, the answer) and score them."""
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings as django_settings
+from django.utils import timezone
 
 from retrieval.evaluation import EvalTask
+from retrieval.evaluation_score import (
+    answer_scores,
+    clarification_scores,
+    fact_checks,
+    grouped,
+    no_search_scores,
+    retrieval_scores,
+    term_checks,
+    term_scores,
+    token_recall,
+    word_count,
+)
 from retrieval.models import Collection
+from retrieval.pipeline.answer import (
+    answer_language,
+    build_answer_messages,
+    clean_citations,
+    extractive_answer,
+    passages_from_hits,
+)
 from retrieval.pipeline.fusion import ranked_documents
-from retrieval.pipeline.llm import ChatModel
-from retrieval.pipeline.metrics import mrr_at, ndcg_at, percentile, precision_recall, recall_at
-from retrieval.pipeline.retrieve import RewriteMode, retrieve
+from retrieval.pipeline.llm import ChatModel, LLMError
+from retrieval.pipeline.metrics import mrr_at, ndcg_at, percentile, recall_at
+from retrieval.pipeline.retrieve import RetrievalOutcome, RewriteMode, retrieve
 from retrieval.pipeline.search import Scope
 from retrieval.services import (
     VocabularyLexicon,
@@ -24,6 +46,9 @@ from retrieval.services import (
     search_engine,
 )
 
+# Modes whose rewrite may ask back or skip search; the baselines never do.
+DECIDING_MODES = frozenset({"rules", "llm"})
+
 
 @dataclass
 class ModeReport:
@@ -31,33 +56,104 @@ class ModeReport:
     ks: list[int]
     rows: list[dict[str, Any]] = field(default_factory=list)
     latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    clarified: list[bool] = field(default_factory=list)
-    expected_clarification: list[bool] = field(default_factory=list)
-
-    def _scores(self, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        judged = [r for r in rows if r["relevant"]]
-        n = len(judged)
-        out: dict[str, Any] = {"n": n}
-        for k in self.ks:
-            out[f"recall@{k}"] = sum(r[f"recall@{k}"] for r in judged) / n if n else 0.0
-        out["mrr@10"] = sum(r["mrr@10"] for r in judged) / n if n else 0.0
-        out["ndcg@10"] = sum(r["ndcg@10"] for r in judged) / n if n else 0.0
-        return out
 
     def summary(self) -> dict[str, Any]:
-        by_category: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for row in self.rows:
-            by_category[row["category"]].append(row)
-        precision, recall = precision_recall(self.clarified, self.expected_clarification)
-        return {
-            "overall": self._scores(self.rows),
-            "by_category": {c: self._scores(rows) for c, rows in sorted(by_category.items())},
-            "clarification": {"precision": precision, "recall": recall},
+        """Figures overall, per category and per language (the JSON report's `modes`)."""
+        rows = self.rows
+
+        def scores(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+            return retrieval_scores(group, self.ks)
+
+        out: dict[str, Any] = {
+            "overall": scores(rows),
+            "by_category": grouped(rows, "category", scores),
+            "by_language": grouped(rows, "language", scores),
+            "clarification": clarification_scores(rows),
+            "no_search": no_search_scores(rows),
+            "query_terms": {
+                "overall": term_scores(rows),
+                "by_category": grouped(rows, "category", term_scores),
+            },
             "latency_ms": {
                 stage: {"p50": percentile(v, 50), "p95": percentile(v, 95)}
                 for stage, v in self.latencies.items()
             },
         }
+        if any(r.get("answer") is not None for r in rows):
+            out["answers"] = {
+                "overall": answer_scores(rows),
+                "by_category": grouped(rows, "category", answer_scores),
+                "by_language": grouped(rows, "language", answer_scores),
+            }
+        return out
+
+
+def references_by_task(tasks: Sequence[EvalTask]) -> dict[str, str]:
+    """Each task's reference answer: the assistant message that follows its question.
+
+    MTRAG's tasks carry no answers, but the next turn of the same conversation has the
+    question and its answer in its history (ids "<conversation><::><turn>").
+    """
+    by_id = {t.id: t for t in tasks}
+    out: dict[str, str] = {}
+    for task in tasks:
+        conversation, sep, turn = task.id.rpartition("<::>")
+        if not sep or not turn.isdigit():
+            continue
+        following = by_id.get(f"{conversation}<::>{int(turn) + 1}")
+        if following is None:
+            continue
+        position = len(task.history)
+        if (
+            len(following.history) > position + 1
+            and following.history[position].text == task.question
+            and following.history[position + 1].role == "assistant"
+        ):
+            out[task.id] = following.history[position + 1].text
+    return out
+
+
+async def turn_answer(
+    *,
+    outcome: RetrievalOutcome,
+    language: str,
+    model: ChatModel | None,
+) -> tuple[str, bool]:
+    """The answer a turn would show for this outcome: (text, extractive).
+
+    The same pure steps as `conversations.turns._answer`, without streaming: the model's
+    grounded answer when there is a model, else (or when it fails) the extractive one.
+    """
+    passages = passages_from_hits(outcome.passages)
+    if not passages:
+        return extractive_answer(
+            question=outcome.masked_question, queries=[], passages=[], language=language
+        ), True
+    if model is not None:
+        messages = build_answer_messages(
+            question=outcome.masked_question,
+            passages=passages,
+            history=outcome.masked_window,
+            today=timezone.localdate(),
+            language=language,
+        )
+        try:
+            pieces = [
+                p async for p in model.stream(messages, timeout=django_settings.CHATRAG_LLM_TIMEOUT)
+            ]
+            text = "".join(pieces)
+            if text.strip():
+                return clean_citations(outcome.masker.unmask(text), len(passages))[0], False
+        except LLMError:
+            pass
+    text = extractive_answer(
+        question=outcome.masked_question,
+        queries=[q.text for q in outcome.queries],
+        passages=passages,
+        language=language,
+        rewrite=outcome.rewrite,
+    )
+    return clean_citations(outcome.masker.unmask(text), len(passages))[0], True
 
 
 async def evaluate_mode(
@@ -69,6 +165,7 @@ async def evaluate_mode(
     language: str | None,
     model: ChatModel | None,
     on_task: Callable[[], object] | None = None,
+    answers: bool = False,
 ) -> ModeReport:
     """Score every task with one rewrite mode (tasks run one at a time for clean latencies)."""
     engine = await sync_to_async(search_engine)()
@@ -78,8 +175,10 @@ async def evaluate_mode(
     lexicon = VocabularyLexicon(engine, collection.id)
     scope = Scope(collection_id=collection.id, see_everything=True)
     report = ModeReport(mode=mode, ks=ks)
+    references = references_by_task(tasks) if answers else {}
     depth = max([10, *ks])
     for task in tasks:
+        turn_language = task.language or language or answer_language(task.question)
         outcome = await retrieve(
             question=task.question,
             history=task.history,
@@ -92,28 +191,108 @@ async def evaluate_mode(
             model=model,
             language=task.language or language,
         )
-        ranked = ranked_documents(outcome.merged)[:depth]
-        clarified = outcome.rewrite.needs_clarification
-        row: dict[str, Any] = {
-            "id": task.id,
-            "mode": mode,
-            "category": task.category,
-            "queries": [q.text for q in outcome.queries],
-            "ranked": ranked,
-            "clarified": clarified,
-            "relevant": sorted(task.relevant),
-        }
-        for k in ks:
-            row[f"recall@{k}"] = recall_at(ranked, task.relevant, k)
-        row["mrr@10"] = mrr_at(ranked, task.relevant, 10)
-        row["ndcg@10"] = ndcg_at(ranked, task.relevant, 10)
+        row = task_row(task=task, outcome=outcome, mode=mode, ks=ks, depth=depth)
+        row["language"] = turn_language
+        if answers:
+            row["answer"] = await answer_row(
+                task=task,
+                outcome=outcome,
+                row=row,
+                language=turn_language,
+                model=model,
+                reference=references.get(task.id),
+            )
         report.rows.append(row)
-        report.clarified.append(clarified)
-        # A task with no relevant documents is one where asking back is right.
-        report.expected_clarification.append(task.expect_clarification or not task.relevant)
         for stage, ms in outcome.timings_ms.items():
             report.latencies[stage].append(ms)
         report.latencies["total"].append(sum(outcome.timings_ms.values()))
+        if answers:
+            report.latencies["answer"].append(row["answer"]["build_ms"])
         if on_task:
             on_task()
     return report
+
+
+def task_row(
+    *, task: EvalTask, outcome: RetrievalOutcome, mode: str, ks: Sequence[int], depth: int
+) -> dict[str, Any]:
+    """One task's JSON row: queries, decisions, term checks and retrieval metrics.
+
+    A turn that asks back or is taken for small talk shows no sources in the product, so
+    (in the modes that can decide that) a searchable task scores 0 there, and says why.
+    """
+    rewrite = outcome.rewrite
+    deciding = mode in DECIDING_MODES
+    clarified = deciding and rewrite.needs_clarification
+    no_search = deciding and rewrite.no_search
+    queries = [] if no_search else [q.text for q in outcome.queries]
+    ranked = ranked_documents(outcome.merged)[:depth]
+    shown = [] if (clarified or no_search) else ranked
+    row: dict[str, Any] = {
+        "id": task.id,
+        "mode": mode,
+        "category": task.category,
+        "question": task.question,
+        "queries": queries,
+        "searched": bool(queries),
+        "small_talk": rewrite.small_talk if no_search else None,
+        "clarified": clarified,
+        "clarification": (
+            {
+                "question": rewrite.clarification.question,
+                "options": list(rewrite.clarification.options),
+            }
+            if clarified and rewrite.clarification
+            else None
+        ),
+        "expect_clarification": task.expect_clarification,
+        "expect_no_search": task.expect_no_search,
+        "ambiguous_between": sorted(task.ambiguous_between),
+        "relevant": sorted(task.relevant),
+        "ranked": ranked,
+        "terms": term_checks(queries, task.expected_queries_contain, task.queries_must_not_contain),
+    }
+    if task.relevant and shown is not ranked:
+        row["scored_zero"] = "asked back: no sources shown" if clarified else "no search"
+    if task.ambiguous_between and ranked:
+        row["reached_ambiguous"] = sorted(task.ambiguous_between & set(ranked[:10]))
+    for k in ks:
+        row[f"recall@{k}"] = recall_at(shown, task.relevant, k)
+    row["mrr@10"] = mrr_at(shown, task.relevant, 10)
+    row["ndcg@10"] = ndcg_at(shown, task.relevant, 10)
+    return row
+
+
+async def answer_row(
+    *,
+    task: EvalTask,
+    outcome: RetrievalOutcome,
+    row: Mapping[str, Any],
+    language: str,
+    model: ChatModel | None,
+    reference: str | None,
+) -> dict[str, Any]:
+    """Build the turn's answer and check it: facts found, words, reference token recall."""
+    started = time.perf_counter()
+    if row["clarified"] and row["clarification"]:
+        text, extractive = row["clarification"]["question"], False
+    elif not row["searched"]:
+        text, extractive = "", False  # small talk: a fixed polite reply, nothing to check
+    else:
+        text, extractive = await turn_answer(outcome=outcome, language=language, model=model)
+    build_ms = (time.perf_counter() - started) * 1000
+    return {
+        "text": text,
+        "extractive": extractive,
+        "words": word_count(text),
+        "facts": fact_checks(_rendered(text), task.expected_answer_contains),
+        "token_recall": (
+            token_recall(reference, _rendered(text)) if reference is not None else None
+        ),
+        "build_ms": round(build_ms, 3),
+    }
+
+
+def _rendered(text: str) -> str:
+    """The answer as the page shows it: Markdown emphasis markers are not text."""
+    return text.replace("**", "").replace("__", "")

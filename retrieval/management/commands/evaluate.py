@@ -49,6 +49,11 @@ class Command(BaseCommand):
         parser.add_argument("--json", type=Path, dest="json_path")
         parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N tasks")
         parser.add_argument("--quiet", action="store_true")
+        parser.add_argument(
+            "--answers",
+            action="store_true",
+            help="also build each turn's answer and score the facts it contains",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -109,6 +114,7 @@ class Command(BaseCommand):
                     language=options["lang"],
                     model=model,
                     on_task=bar.update,
+                    answers=options["answers"],
                 )
                 bar.close()
             return out
@@ -126,27 +132,62 @@ class Command(BaseCommand):
             self.stdout.write(f"wrote {options['json_path']}")
 
 
+def _pct(value: float | None) -> str:
+    return "   -" if value is None else f"{value:.2f}"
+
+
 def render_table(reports: dict[str, ModeReport], ks: list[int]) -> str:
-    """One line per mode and category: recall@k, MRR@10, nDCG@10, clarification, latency."""
+    """Per mode: retrieval per category and language, then decisions, terms and answers."""
     cols = [f"R@{k}" for k in ks] + ["MRR@10", "nDCG@10"]
-    lines = [f"{'mode':<10} {'category':<16} {'n':>4} " + " ".join(f"{c:>8}" for c in cols)]
+    head = f"{'mode':<10} {'group':<16} {'n':>4} " + " ".join(f"{c:>8}" for c in cols)
+    lines = [head + f" {'exp.terms':>9} {'no-leak':>8}"]
     for mode, report in reports.items():
         summary = report.summary()
-        groups = [("overall", summary["overall"])] + sorted(summary["by_category"].items())
-        for name, m in groups:
-            if not m["n"]:  # only clarification tasks: scored by the clarification line
+        terms = summary["query_terms"]
+        groups = [("overall", summary["overall"], terms["overall"])]
+        groups += [(c, m, terms["by_category"][c]) for c, m in summary["by_category"].items()]
+        groups += [(f"lang {lang}", m, None) for lang, m in summary["by_language"].items()]
+        for name, m, t in groups:
+            if not m["n"] and not (t and (t["expected"]["tasks"] or t["forbidden"]["tasks"])):
                 continue
             values = [m[f"recall@{k}"] for k in ks] + [m["mrr@10"], m["ndcg@10"]]
-            lines.append(
-                f"{mode:<10} {name[:16]:<16} {m['n']:>4} " + " ".join(f"{v:>8.3f}" for v in values)
-            )
+            cells = " ".join(f"{v:>8.3f}" for v in values)
+            if t:
+                cells += (
+                    f" {_pct(t['expected']['term_pass'] if t['expected']['terms'] else None):>9}"
+                )
+                cells += (
+                    f" {_pct(t['forbidden']['task_pass'] if t['forbidden']['tasks'] else None):>8}"
+                )
+            lines.append(f"{mode:<10} {name[:16]:<16} {m['n']:>4} {cells}")
         clar = summary["clarification"]
-        lat = summary["latency_ms"]
-        lat_text = ", ".join(
-            f"{s} p50 {v['p50']:.0f}/p95 {v['p95']:.0f} ms" for s, v in lat.items()
-        )
+        ns = summary["no_search"]
         lines.append(
-            f"{mode:<10} clarification precision {clar['precision']:.2f} "
-            f"recall {clar['recall']:.2f}; {lat_text}"
+            f"{mode:<10} clarification precision {clar['precision']:.2f} recall "
+            f"{clar['recall']:.2f} (asked {clar['asked']}, expected {clar['expected']}); "
+            f"small talk unsearched {_pct(ns['accuracy'])} of {ns['n']} "
+            f"(searched {ns['small_talk_searched']}); false no-search {ns['false_no_search']}"
+        )
+        answers = summary.get("answers")
+        if answers:
+            a_groups = [("overall", answers["overall"])]
+            a_groups += sorted(answers["by_category"].items())
+            a_groups += [(f"lang {k}", v) for k, v in sorted(answers["by_language"].items())]
+            lines.append(
+                f"{mode:<10} {'answers':<16} {'n':>4} {'facts':>6} {'fact-R':>7} "
+                f"{'task-R':>7} {'words':>6} {'tok-R':>6}"
+            )
+            for name, a in a_groups:
+                if not a["n"] and a["token_recall"] is None:
+                    continue
+                lines.append(
+                    f"{mode:<10} {name[:16]:<16} {a['n']:>4} {a['facts']:>6} "
+                    f"{a['fact_recall']:>7.3f} {a['task_pass']:>7.3f} "
+                    f"{a['median_words']:>6.0f} {_pct(a['token_recall']):>6}"
+                )
+        lat = summary["latency_ms"]
+        lines.append(
+            f"{mode:<10} latency "
+            + ", ".join(f"{s} p50 {v['p50']:.1f}/p95 {v['p95']:.1f} ms" for s, v in lat.items())
         )
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Answer building (pure): the grounded prompt, citation clean-up, the extractive fallback.
+"""Grounded answers (pure): the model's prompt, citation clean-up, the page's fixed texts.
 
 The answer replies to the user's ORIGINAL words; passages are numbered [1]..[n] like the
 source cards, and a citation pointing at no passage is dropped.
@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from .llm import ChatMessage
-from .text import content_terms, defang_prompt_markup, detect_language, normalize
-from .types import HistoryMessage
+from ..fusion import MergedHit
+from ..llm import ChatMessage
+from ..text import defang_prompt_markup, detect_language
+from ..types import HistoryMessage
 
-PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
+PROMPT_DIR = Path(__file__).resolve().parent.parent / "prompts"
 _CITATION = re.compile(r"\[(\d{1,3})\]")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-ZÀ-ÖØ-Þ0-9¿¡\"“(])")
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,8 @@ class Passage:
     title: str
     heading: str
     text: str
+    document: str = ""  # the document's id: passages of one document answer together
+    position: int = 0  # the chunk's place in its document
 
 
 LABELS: dict[str, dict[str, str]] = {
@@ -51,6 +53,14 @@ LABELS: dict[str, dict[str, str]] = {
         "rephrasing the question or contact HR.",
     },
 }
+
+
+def passages_from_hits(hits: Sequence[MergedHit]) -> list[Passage]:
+    """Number the passages shown to the user, [1] first, as the source cards are."""
+    return [
+        Passage(i, m.hit.title, m.hit.heading, m.hit.text, str(m.hit.document_id), m.hit.position)
+        for i, m in enumerate(hits, start=1)
+    ]
 
 
 def answer_language(question: str, fallback: str = "pt") -> str:
@@ -116,49 +126,3 @@ def clean_citations(text: str, passage_count: int) -> tuple[str, list[int]]:
     cleaned = _CITATION.sub(keep, text)
     cleaned = re.sub(r"[ \t]+([.,;:!?])", r"\1", cleaned)
     return re.sub(r"[ \t]{2,}", " ", cleaned), cited
-
-
-def _sentences(text: str) -> list[str]:
-    flat = re.sub(r"\s*\n\s*[-*•]\s*", ". ", text)
-    flat = re.sub(r"\s+", " ", flat).strip()
-    return [s.strip() for s in _SENTENCE.split(flat) if len(s.strip()) > 20]
-
-
-def extractive_answer(
-    *, question: str, queries: Sequence[str], passages: Sequence[Passage], language: str
-) -> str:
-    """Pick the sentences of the top passages that share most words with the question.
-
-    Used without a model server: it never invents anything, and says so.
-    """
-    if not passages:
-        return label("nothing", language)
-    terms = set(content_terms(question))
-    for query in queries:
-        terms.update(content_terms(query))
-    scored: list[tuple[float, int, int, str]] = []
-    for rank, passage in enumerate(passages[:4]):
-        for order, sentence in enumerate(_sentences(passage.text)):
-            words = set(normalize(w) for w in re.findall(r"\w+", sentence))
-            overlap = len(terms & words)
-            if overlap == 0:
-                continue
-            # Earlier passages rank higher; long sentences are not favoured just for length.
-            score = overlap / (1 + 0.15 * rank) - 0.002 * max(0, len(sentence) - 250)
-            scored.append((score, passage.number, order, sentence))
-    if not scored:
-        best = passages[0]
-        first = _sentences(best.text)[:2] or [best.text[:300]]
-        scored = [(1.0, best.number, i, s) for i, s in enumerate(first)]
-    chosen: list[tuple[float, int, int, str]] = []
-    per_passage: dict[int, int] = {}
-    for item in sorted(scored, key=lambda s: -s[0]):
-        if per_passage.get(item[1], 0) >= 2:
-            continue
-        per_passage[item[1]] = per_passage.get(item[1], 0) + 1
-        chosen.append(item)
-        if len(chosen) >= 4:
-            break
-    chosen.sort(key=lambda s: (s[1], s[2]))
-    lines = [f"- {sentence} [{number}]" for _, number, _, sentence in chosen]
-    return label("extractive", language) + "\n\n" + "\n".join(lines)

@@ -1,0 +1,31 @@
+"""Answer building (pure): the grounded prompt, citation clean-up, the extractive answer.
+
+The answer replies to the user's ORIGINAL words; passages are numbered [1]..[n] like the
+source cards, and a citation pointing at no passage is dropped.
+"""
+
+from __future__ import annotations
+
+from .extractive import extractive_answer
+from .grounded import (
+    LABELS,
+    PROMPT_DIR,
+    Passage,
+    answer_language,
+    build_answer_messages,
+    clean_citations,
+    label,
+    passages_from_hits,
+)
+
+__all__ = [
+    "LABELS",
+    "PROMPT_DIR",
+    "Passage",
+    "answer_language",
+    "build_answer_messages",
+    "clean_citations",
+    "extractive_answer",
+    "label",
+    "passages_from_hits",
+]
