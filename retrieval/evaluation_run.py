@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -46,6 +47,7 @@ from retrieval.services import (
     search_engine,
 )
 
+_EMPHASIS = re.compile(r"\*+|__")
 # Modes whose rewrite may ask back or skip search; the baselines never do.
 DECIDING_MODES = frozenset({"rules", "llm"})
 
@@ -295,4 +297,4 @@ async def answer_row(
 
 def _rendered(text: str) -> str:
     """The answer as the page shows it: Markdown emphasis markers are not text."""
-    return text.replace("**", "").replace("__", "")
+    return _EMPHASIS.sub("", text)
