@@ -142,7 +142,7 @@ async def turn_retrieve(
         scope=ctx.scope,
         engine=ctx.engine,
         embedder=ctx.embedder,
-        lexicon=VocabularyLexicon(ctx.engine, ctx.collection.id),
+        lexicon=VocabularyLexicon(ctx.engine, ctx.collection.id, scope=ctx.scope),
         settings=ctx.settings,
         model=ctx.model,
         known_names=ctx.known_names,

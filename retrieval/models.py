@@ -126,18 +126,25 @@ class GlossaryEntry(models.Model):
 
 
 class VocabularyTerm(models.Model):
-    """A normalised word of a collection and in how many chunks it appears.
+    """A normalised word of a collection and in how many chunks of one group set it appears.
 
     Built at ingestion; used for spelling correction (pg_trgm) and term informativeness.
+    Counted per document-group set (`group_ids` sorted as on the chunks; empty: public) so
+    that a reader's statistics sum only the sets they may read: a word of a restricted
+    document must not reach, even as a count or a correction, someone who cannot open it.
     """
 
     collection = models.ForeignKey(Collection, on_delete=models.CASCADE, related_name="+")
+    group_ids = ArrayField(models.IntegerField(), default=list, blank=True)
     word = models.CharField(max_length=100)
     df = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["collection", "word"], name="vocabulary_unique_word")
+            # (collection, word) first: the btree also serves lookups by word.
+            models.UniqueConstraint(
+                fields=["collection", "word", "group_ids"], name="vocabulary_unique_word_set"
+            )
         ]
         indexes = [
             GinIndex(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -143,12 +144,72 @@ def default_collection() -> Collection:
     return collection
 
 
-class VocabularyLexicon:
-    """Fetch corpus statistics for a turn's words in one query (pg_trgm for spelling)."""
+# Which vocabulary rows a reader may count: each row holds one document-group set's counts
+# (empty: public), the same rule the search applies to chunks (`is_public OR group_ids &&`).
+_READABLE_SETS = "(%(all)s OR v.group_ids = '{}' OR v.group_ids && %(groups)s::int[])"
+_DF_SQL = f"""
+    SELECT v.word, sum(v.df)::int FROM retrieval_vocabularyterm v
+    WHERE v.collection_id = %(collection)s AND v.word = ANY(%(words)s) AND {_READABLE_SETS}
+    GROUP BY v.word
+"""  # noqa: S608 - constants; every value is bound
+# Spelling: the closest word the reader can read (most frequent for them on a tie).
+_CORRECTIONS_SQL = f"""
+    SELECT DISTINCT ON (q.w) q.w, best.word
+    FROM unnest(%(words)s::text[]) AS q(w)
+    CROSS JOIN LATERAL (
+        SELECT v.word, similarity(v.word, q.w) AS sim, sum(v.df) AS df
+        FROM retrieval_vocabularyterm v
+        WHERE v.collection_id = %(collection)s AND v.word %% q.w AND {_READABLE_SETS}
+        GROUP BY v.word
+    ) best
+    WHERE best.sim >= 0.45
+    ORDER BY q.w, best.sim DESC, best.df DESC, best.word
+"""  # noqa: S608 - constants; every value is bound
+_READABLE_CHUNKS_SQL = """
+    SELECT count(*) FROM retrieval_chunk
+    WHERE collection_id = %(collection)s
+      AND (%(all)s OR is_public OR group_ids && %(groups)s::int[])
+"""
+_COUNT_MAX_AGE_S = 60.0
+_readable_counts: dict[tuple[int, tuple[int, ...], bool], tuple[float, int]] = {}
 
-    def __init__(self, engine: SearchEngine, collection_id: int) -> None:
+
+def _scope_args(scope: Scope, **extra: Any) -> dict[str, Any]:
+    return {
+        "collection": scope.collection_id,
+        "all": scope.see_everything,
+        "groups": sorted(scope.group_ids),
+        **extra,
+    }
+
+
+def vocabulary_df(*, scope: Scope, words: Sequence[str]) -> dict[str, int]:
+    """In how many chunks the reader may read each word appears (absent: none of them)."""
+    if not words:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(_DF_SQL, _scope_args(scope, words=list(words)))
+        return {word: int(df) for word, df in cursor.fetchall()}
+
+
+class VocabularyLexicon:
+    """Fetch corpus statistics for a turn's words in one query (pg_trgm for spelling).
+
+    Everything is counted over what `scope` may read: a word that appears only in documents
+    the reader cannot open is unknown to them, is never offered as a spelling correction,
+    and restricted chunks count neither in `df` nor in `n_chunks`.
+    """
+
+    def __init__(
+        self, engine: SearchEngine, collection_id: int, *, scope: Scope | None = None
+    ) -> None:
+        # Without a scope only public documents count: forgetting the reader must not leak.
+        if scope is None:
+            scope = Scope(collection_id=collection_id)
+        if scope.collection_id != collection_id:
+            raise ValueError("the scope is for another collection")
         self.engine = engine
-        self.collection_id = collection_id
+        self.scope = scope
 
     def __call__(self, words: set[str]) -> LexiconView:
         # The whole window rarely passes a few hundred words; the cap only bounds abuse.
@@ -156,38 +217,36 @@ class VocabularyLexicon:
         if not wanted:
             return LexiconView()
         with self.engine.pool.connection() as conn:
-            df = dict(
-                conn.execute(
-                    "SELECT word, df FROM retrieval_vocabularyterm "
-                    "WHERE collection_id = %s AND word = ANY(%s)",
-                    [self.collection_id, wanted],
-                ).fetchall()
-            )
+            df = dict(conn.execute(_DF_SQL, _scope_args(self.scope, words=wanted)).fetchall())
             unknown = [w for w in wanted if w not in df and len(w) >= 4 and not w.isdigit()]
             corrections: dict[str, str] = {}
             if unknown:
                 rows = conn.execute(
-                    """
-                    SELECT DISTINCT ON (q.w) q.w, v.word
-                    FROM unnest(%s::text[]) AS q(w)
-                    JOIN retrieval_vocabularyterm v
-                      ON v.collection_id = %s AND v.word %% q.w
-                    WHERE similarity(v.word, q.w) >= 0.45
-                    ORDER BY q.w, similarity(v.word, q.w) DESC, v.df DESC
-                    """,
-                    [unknown, self.collection_id],
+                    _CORRECTIONS_SQL, _scope_args(self.scope, words=unknown)
                 ).fetchall()
                 corrections = {w: fix for w, fix in rows}
                 if corrections:
+                    fixes = sorted(set(corrections.values()))
                     df.update(
-                        conn.execute(
-                            "SELECT word, df FROM retrieval_vocabularyterm "
-                            "WHERE collection_id = %s AND word = ANY(%s)",
-                            [self.collection_id, list(set(corrections.values()))],
-                        ).fetchall()
+                        conn.execute(_DF_SQL, _scope_args(self.scope, words=fixes)).fetchall()
                     )
-        n_chunks = self.engine.chunk_count(self.collection_id)
+            n_chunks = self._readable_chunks(conn)
         return LexiconView(df=df, n_chunks=n_chunks, corrections=corrections)
+
+    def _readable_chunks(self, conn: Any) -> int:
+        """How many chunks the reader may read (cached a minute: it only weighs words)."""
+        key = (
+            self.scope.collection_id,
+            tuple(sorted(self.scope.group_ids)),
+            self.scope.see_everything,
+        )
+        cached = _readable_counts.get(key)
+        if cached is not None and time.monotonic() - cached[0] < _COUNT_MAX_AGE_S:
+            return cached[1]
+        row = conn.execute(_READABLE_CHUNKS_SQL, _scope_args(self.scope)).fetchone()
+        count = int(row[0]) if row else 0
+        _readable_counts[key] = (time.monotonic(), count)
+        return count
 
 
 def known_names_for(user: Any) -> Sequence[str]:

@@ -283,7 +283,9 @@ class TurnTraceAdmin(NoAddOrChangeMixin, ObjectContextAdmin[TurnTrace]):
         return {
             "turn": turn_review_for_trace(trace=trace),
             "conversation": conversation,
-            "candidates": glossary_candidates_for([trace]).get(trace.id, []),
+            "candidates": glossary_candidates_for([trace], viewer=_staff(request)).get(
+                trace.id, []
+            ),
             "collection_id": default_collection().id,
             "slow_ms": _slow_ms(),
         }
@@ -388,7 +390,7 @@ class AttentionChangeList(ChangeList):
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
-        candidates = glossary_candidates_for(list(self.result_list))
+        candidates = glossary_candidates_for(list(self.result_list), viewer=_staff(request))
         for trace in self.result_list:
             trace.candidates = candidates.get(trace.id, [])
 

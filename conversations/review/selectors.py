@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar, cast
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db.models import (
     BooleanField,
     Exists,
@@ -26,9 +27,9 @@ from django.db.models.functions import Cast
 
 from conversations.models import Conversation, Feedback, TurnTrace
 from conversations.review.flags import STRONG_PATH
-from retrieval.models import GlossaryEntry, VocabularyTerm
+from retrieval.models import GlossaryEntry
 from retrieval.quality.candidates import glossary_candidates, vocabulary_words
-from retrieval.services import default_collection
+from retrieval.services import default_collection, scope_for_user, vocabulary_df
 
 T = TypeVar("T", bound=TurnTrace)
 
@@ -121,17 +122,19 @@ def attention_traces(qs: QuerySet[T], *, include_reviewed: bool = False) -> Quer
     return qs.select_related("message__conversation__owner").order_by("-created_at", "-id")
 
 
-def glossary_candidates_for(traces: Sequence[TurnTrace]) -> dict[int, list[str]]:
-    """Candidate glossary terms per trace, with one vocabulary query for all of them."""
+def glossary_candidates_for(traces: Sequence[TurnTrace], *, viewer: User) -> dict[int, list[str]]:
+    """Candidate glossary terms per trace, with one vocabulary query for all of them.
+
+    Counted over what the viewing staff member may read: whether a word is offered must not
+    tell them that it appears in a document they cannot open.
+    """
     collection = default_collection()
     questions = {t.id: t.masked_question for t in traces if t.masked_question}
     words: set[str] = set()
     for question in questions.values():
         words |= vocabulary_words(question)
-    df = dict(
-        VocabularyTerm.objects.filter(collection=collection, word__in=sorted(words)).values_list(
-            "word", "df"
-        )
+    df = vocabulary_df(
+        scope=scope_for_user(user=viewer, collection=collection), words=sorted(words)
     )
     terms = list(GlossaryEntry.objects.filter(collection=collection).values_list("term", flat=True))
     return {

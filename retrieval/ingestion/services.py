@@ -325,8 +325,10 @@ def document_set_groups(*, document: Document, group_names: Sequence[str]) -> No
     with transaction.atomic():
         groups = _groups(group_names)
         document.groups.set(groups)
-        ids = [g.id for g in groups]
+        ids = sorted(g.id for g in groups)
         document.chunks.update(is_public=not ids, group_ids=ids)
+        # The vocabulary is counted per group set: the document's words change set too.
+        vocabulary_rebuild(collection=document.collection)
 
 
 @transaction.atomic

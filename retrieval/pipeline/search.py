@@ -142,8 +142,11 @@ terms AS MATERIALIZED (
     SELECT t.w, t.ord, v.df,
            row_number() OVER (ORDER BY v.df IS NULL, v.df, t.ord) AS rarity
     FROM unnest(%(words)s::text[]) WITH ORDINALITY AS t(w, ord)
-    LEFT JOIN retrieval_vocabularyterm v
-           ON v.collection_id = %(collection)s AND v.word = lower(unaccent(t.w))
+    -- One vocabulary row per document-group set: the word's df is their sum.
+    LEFT JOIN LATERAL (
+        SELECT sum(vs.df) AS df FROM retrieval_vocabularyterm vs
+        WHERE vs.collection_id = %(collection)s AND vs.word = lower(unaccent(t.w))
+    ) v ON true
 ),
 words AS MATERIALIZED (
     SELECT
@@ -221,19 +224,24 @@ MOST_OF_THE_TABLE = 0.5
 
 
 # The vocabulary the full-text leg reads its word statistics from: accent-free lower-case
-# words and the number of chunks each appears in (ingestion and the benchmark run this).
+# words and the number of chunks each appears in, counted per document-group set (the chunk's
+# sorted `group_ids`; empty: public) so that a reader's statistics can sum only the sets they
+# may read (retrieval.services.VocabularyLexicon). Ingestion and the benchmark run this.
 VOCABULARY_REBUILD_SQL = (
     "DELETE FROM retrieval_vocabularyterm WHERE collection_id = %(collection)s",
     """
-INSERT INTO retrieval_vocabularyterm (collection_id, word, df)
-SELECT %(collection)s, w, count(DISTINCT c.id)
+INSERT INTO retrieval_vocabularyterm (collection_id, group_ids, word, df)
+SELECT %(collection)s, g.ids, w, count(DISTINCT c.id)
 FROM retrieval_chunk c
-JOIN retrieval_document d ON d.id = c.document_id,
+JOIN retrieval_document d ON d.id = c.document_id
+CROSS JOIN LATERAL (
+    SELECT coalesce(array_agg(DISTINCT x ORDER BY x), '{}'::int[]) FROM unnest(c.group_ids) x
+) AS g(ids),
      regexp_split_to_table(
          lower(unaccent(d.title || ' ' || c.heading || ' ' || c.text)), '[^a-z0-9]+'
      ) AS w
 WHERE c.collection_id = %(collection)s AND length(w) BETWEEN 2 AND 40
-GROUP BY w
+GROUP BY g.ids, w
 """,
 )
 

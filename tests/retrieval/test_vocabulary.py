@@ -1,0 +1,85 @@
+"""The vocabulary statistics a reader gets count only what they may read (issue 14, finding 1).
+
+The attack: as a plain employee, ask with a misspelling ("dosie") and read the `rewrite`
+frame's corrections ("dossie", a word of a restricted document only); or watch which
+words are "known". Each document-group set has its own counts, and a reader's sum the sets
+they may read: public plus their groups.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from retrieval.models import Document, VocabularyTerm
+from retrieval.pipeline.search import Scope
+from retrieval.services import (
+    VocabularyLexicon,
+    scope_for_user,
+    search_engine,
+    vocabulary_df,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Words that only the restricted salary table uses, and a misspelling of each.
+RESTRICTED_ONLY = {"confidencial": "confidencal", "desenvolvedor": "desenvolvedr"}
+
+
+def _lexicon(user: Any, collection: Any) -> VocabularyLexicon:
+    scope = scope_for_user(user=user, collection=collection)
+    return VocabularyLexicon(search_engine(), collection.id, scope=scope)
+
+
+def test_misspelling_is_never_corrected_to_a_restricted_word(
+    small_kb: Any, personas: dict[str, Any]
+) -> None:
+    typos = set(RESTRICTED_ONLY.values())
+    for name in ("ana", "carlos"):
+        view = _lexicon(personas[name], small_kb)(typos | set(RESTRICTED_ONLY))
+        assert not set(view.corrections.values()) & set(RESTRICTED_ONLY), (name, view.corrections)
+        assert not set(view.df) & set(RESTRICTED_ONLY), (name, view.df)
+    # The group member gets them: the statistics are filtered, not dropped.
+    view = _lexicon(personas["rita"], small_kb)(typos)
+    assert view.corrections == {typo: word for word, typo in RESTRICTED_ONLY.items()}
+
+
+def test_counts_sum_only_the_readable_group_sets(small_kb: Any, personas: dict[str, Any]) -> None:
+    ana = _lexicon(personas["ana"], small_kb)({"salario", "reajuste", "ferias"})
+    rita = _lexicon(personas["rita"], small_kb)({"salario", "reajuste", "ferias"})
+    everything = VocabularyLexicon(
+        search_engine(), small_kb.id, scope=Scope(collection_id=small_kb.id, see_everything=True)
+    )({"salario", "reajuste", "ferias"})
+    restricted = Document.objects.get(external_id="pt/faixas-salariais-2026")
+    restricted_chunks = restricted.chunks.count()
+    assert restricted_chunks > 0
+    assert ana.n_chunks + restricted_chunks == rita.n_chunks == everything.n_chunks
+    assert "reajuste" not in ana.df and rita.df["reajuste"] == everything.df["reajuste"]
+    assert ana.df["ferias"] == rita.df["ferias"]  # no restricted chunk says it
+    # A word in both: the employee's count leaves the restricted chunks out.
+    assert ana.df.get("salario", 0) < rita.df["salario"]
+    # The admin's glossary suggestions read the same counts.
+    scope = scope_for_user(user=personas["ana"], collection=small_kb)
+    assert vocabulary_df(scope=scope, words=["reajuste", "ferias"]) == {"ferias": ana.df["ferias"]}
+
+
+def test_lexicon_without_a_scope_reads_public_documents_only(
+    small_kb: Any, personas: dict[str, Any]
+) -> None:
+    bare = VocabularyLexicon(search_engine(), small_kb.id)(set(RESTRICTED_ONLY.values()))
+    assert bare.corrections == {}
+
+
+def test_changing_a_documents_groups_moves_its_words(
+    small_kb: Any, personas: dict[str, Any]
+) -> None:
+    from retrieval.ingestion.services import document_set_groups
+
+    restricted = Document.objects.get(external_id="pt/faixas-salariais-2026")
+    document_set_groups(document=restricted, group_names=[])
+    assert "confidencial" in _lexicon(personas["ana"], small_kb)({"confidencial"}).df
+    document_set_groups(document=restricted, group_names=["rh-restrito"])
+    assert "confidencial" not in _lexicon(personas["ana"], small_kb)({"confidencial"}).df
+    rows = VocabularyTerm.objects.filter(word="confidencial")
+    assert [r.group_ids for r in rows] == [[personas["rita"].groups.get().id]]
