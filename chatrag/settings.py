@@ -294,6 +294,10 @@ CHATRAG_REVIEW_SLOW_MS = env_int("CHATRAG_REVIEW_SLOW_MS", 8000, minimum=1)
 
 # Ingestion.
 CHATRAG_MAX_UPLOAD_MB = env_int("CHATRAG_MAX_UPLOAD_MB", 20, minimum=1)
+# What reading one file may cost (an untrusted upload): seconds, memory, characters of text.
+CHATRAG_PARSE_SECONDS = env_float("CHATRAG_PARSE_SECONDS", 10.0, minimum=0.1)
+CHATRAG_PARSE_MEMORY_MB = env_int("CHATRAG_PARSE_MEMORY_MB", 1024, minimum=64)
+CHATRAG_PARSE_MAX_CHARS = env_int("CHATRAG_PARSE_MAX_CHARS", 5_000_000, minimum=1000)
 CHATRAG_CHUNK_CHARS = env_int("CHATRAG_CHUNK_CHARS", 1200, minimum=200)
 CHATRAG_CHUNK_OVERLAP = env_int("CHATRAG_CHUNK_OVERLAP", 150, minimum=0)
 # Language assumed for a document whose language cannot be told from its text.

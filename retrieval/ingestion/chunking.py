@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 _SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+")
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class ChunkDraft:
 def _pieces(text: str) -> list[str]:
     """Split text into non-empty paragraphs (overlong ones are cut by `_split_long`)."""
     pieces: list[str] = []
-    for para in re.split(r"\n\s*\n", text):
+    for para in _PARAGRAPH_BREAK.split(text):
         para = para.strip()
         if para:
             pieces.append(para)

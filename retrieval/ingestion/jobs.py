@@ -9,7 +9,10 @@
 - A worker killed mid-job (kill -9, out of memory, a host restart) cannot mark its job. The
   stale-job sweep does, when a worker starts and before a job is queued: a running job whose
   process is gone (same host, dead pid) or whose heartbeat is older than STALE_AFTER is
-  marked FAILED and queued again as a new job, up to MAX_ATTEMPTS in all.
+  marked FAILED and queued again as a new job, up to MAX_ATTEMPTS in all, unless it died
+  while reading a file (the heartbeat names the file being read): that job failed on its own
+  input, and running it again would only kill the next worker, so it is not queued again.
+  (Parsing runs in a child process with a time and memory limit, so this is the last line.)
 """
 
 from __future__ import annotations
@@ -98,13 +101,20 @@ def ingestion_job_run(*, job_id: str) -> IngestionJob:
             items = _reindex_sources(job.collection, job.document_ids)
             total = len(items)
         else:
-            items, total = sources_from_paths([Path(p) for p in job.paths])
+
+            def reading(path: Path) -> None:
+                worker = {**_worker(timezone.now()), "reading": str(path)}
+                IngestionJob.objects.filter(pk=job.pk).update(report={**carried, "worker": worker})
+
+            items, total = sources_from_paths([Path(p) for p in job.paths], on_file=reading)
         if job.groups:
             groups = tuple(job.groups)
             items = [
                 replace(i, groups=groups) if isinstance(i, SourceDocument) else i for i in items
             ]
-        IngestionJob.objects.filter(pk=job.pk).update(total=total)
+        IngestionJob.objects.filter(pk=job.pk).update(
+            total=total, report={**carried, "worker": _worker(timezone.now())}
+        )
 
         def progress(done: int, total: int, name: str) -> None:
             heartbeat = {**carried, "worker": _worker(timezone.now())}
@@ -164,10 +174,16 @@ def ingestion_jobs_sweep_stale(*, now: datetime | None = None) -> list[Ingestion
         if reason is None:
             continue
         attempt = int(job.report.get("attempt", 1))
+        worker = job.report.get("worker")
+        reading = worker.get("reading") if isinstance(worker, dict) else None
         with transaction.atomic():
             report = {k: v for k, v in job.report.items() if k != "worker"}
             retry = None
-            if attempt < MAX_ATTEMPTS:
+            if reading:
+                name = Path(str(reading)).name
+                then = f"it was reading {name}, which is likely the cause: not queued again"
+                report["failed_on"] = name
+            elif attempt < MAX_ATTEMPTS:
                 retry = IngestionJob.objects.create(
                     collection_id=job.collection_id,
                     created_by_id=job.created_by_id,

@@ -1,11 +1,25 @@
-"""Read Markdown, plain text, HTML, PDF and DOCX files into titled sections."""
+"""Read Markdown, plain text, HTML, PDF and DOCX files into titled sections.
+
+Files are untrusted (anyone with upload rights, or a shared folder): every parser is bounded.
+- No regex here backtracks super-linearly (tests/retrieval/ingestion/test_parsers.py feeds
+  each one pathological lines); headings are split with a linear pattern and stripped in
+  Python.
+- Caps per file (`ParseLimits`): characters of text, HTML elements, PDF pages, DOCX XML
+  elements and uncompressed size (a 27 KB .docx can hold millions of empty paragraphs).
+- `parse_file_isolated` runs the parser in a forked child with a time limit and a memory
+  budget: a parser library stuck on a crafted file costs its seconds, not the worker.
+"""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import re
+import resource
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 from .chunking import Section
 
@@ -13,7 +27,28 @@ SUPPORTED_SUFFIXES = {".md", ".markdown", ".txt", ".html", ".htm", ".pdf", ".doc
 
 
 class ParseError(Exception):
-    """The file cannot be read as a document (corrupt, empty or unsupported)."""
+    """The file cannot be read as a document (corrupt, empty, unsupported or too big)."""
+
+
+@dataclass(frozen=True)
+class ParseLimits:
+    """What one file may cost: text extracted, structure, time and memory."""
+
+    max_chars: int = 5_000_000
+    max_html_elements: int = 200_000
+    max_pdf_pages: int = 2_000
+    max_docx_elements: int = 1_000_000
+    max_docx_unzipped_bytes: int = 200_000_000
+    seconds: float = 10.0
+    memory_mb: int = 1024
+
+
+DEFAULT_LIMITS = ParseLimits()
+
+
+def _check_chars(count: int, limits: ParseLimits) -> None:
+    if count > limits.max_chars:
+        raise ParseError(f"more than {limits.max_chars:,} characters of text")
 
 
 @dataclass
@@ -27,21 +62,42 @@ class ParsedDocument:
         return "\n\n".join(s.text for s in self.sections)
 
 
-_FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
-_MD_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+# Linear: `\s+` then anything. The old `(.+?)\s*#*\s*$` tried every split of a long run of
+# spaces between its three parts (13 s for "# a" + 2000 spaces + "x"); the closing #s and
+# spaces are stripped in `_heading_text` instead.
+_MD_HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
+
+
+def _heading_text(rest: str) -> str:
+    """A heading's text without its optional closing #s and the spaces around them."""
+    text = rest.rstrip()
+    bare = text.rstrip("#").rstrip()
+    return (bare or text[:1]).strip()
 
 
 def _front_matter(text: str) -> tuple[dict[str, str], str]:
-    """Split `key: value` front matter (between --- lines) from the body."""
-    match = _FRONT_MATTER.match(text)
-    if not match:
+    """Split `key: value` front matter (between --- lines) from the body.
+
+    Line by line, not a regex: `\\A---\\s*\\n(.*?)\\n---\\s*\\n` went quadratic on "---"
+    followed by many blank lines and no closing fence (36 s at 50 000 lines).
+    """
+    first = text.find("\n")
+    if not text.startswith("---") or first < 0 or text[3:first].strip():
         return {}, text
+    start = position = first + 1
+    while True:
+        end = text.find("\n", position)
+        if end < 0:
+            return {}, text  # no closing fence followed by a newline
+        if text.startswith("---", position) and not text[position + 3 : end].strip():
+            break
+        position = end + 1
     meta: dict[str, str] = {}
-    for line in match.group(1).splitlines():
+    for line in text[start:position].splitlines():
         if ":" in line:
             key, _, value = line.partition(":")
             meta[key.strip().lower()] = value.strip().strip("\"'")
-    return meta, text[match.end() :]
+    return meta, text[end + 1 :]
 
 
 def parse_markdown(text: str, fallback_title: str) -> ParsedDocument:
@@ -61,7 +117,7 @@ def parse_markdown(text: str, fallback_title: str) -> ParsedDocument:
         match = _MD_HEADING.match(line)
         if match:
             flush()
-            level, heading = len(match.group(1)), match.group(2).strip()
+            level, heading = len(match.group(1)), _heading_text(match.group(2))
             if level == 1 and not title:
                 title = heading
             while stack and stack[-1][0] >= level:
@@ -79,12 +135,19 @@ def parse_text(text: str, fallback_title: str) -> ParsedDocument:
     return ParsedDocument(meta.get("title", fallback_title), [Section("", body.strip())], meta)
 
 
+_HTML_SPACES = re.compile(r"[ \t]+")
+# Linear: a match can fail only inside one run of whitespace without a second newline.
+_HTML_BLANK_LINES = re.compile(r"\n\s*\n+")
+
+
 class _HTMLSections(HTMLParser):
     _SKIP = {"script", "style", "nav", "footer", "head"}
     _BLOCK = {"p", "div", "li", "br", "tr", "section", "article", "table", "ul", "ol"}
 
-    def __init__(self) -> None:
+    def __init__(self, max_elements: int = DEFAULT_LIMITS.max_html_elements) -> None:
         super().__init__()
+        self._max_elements = max_elements
+        self._elements = 0
         self.title = ""
         self.sections: list[Section] = []
         self._heading: list[str] = []
@@ -95,18 +158,21 @@ class _HTMLSections(HTMLParser):
         self._heading_text: list[str] = []
 
     def _flush(self) -> None:
-        text = re.sub(r"[ \t]+", " ", "".join(self._buffer))
-        text = re.sub(r"\n\s*\n+", "\n\n", text).strip()
+        text = _HTML_SPACES.sub(" ", "".join(self._buffer))
+        text = _HTML_BLANK_LINES.sub("\n\n", text).strip()
         if text:
             self.sections.append(Section(" › ".join(self._heading), text))
         self._buffer = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._elements += 1
+        if self._elements > self._max_elements:
+            raise ParseError(f"more than {self._max_elements:,} HTML elements")
         if tag in self._SKIP:
             self._skip += 1
         if tag == "title":
             self._in_title = True
-        elif re.fullmatch(r"h[1-6]", tag):
+        elif len(tag) == 2 and tag[0] == "h" and tag[1] in "123456":
             self._flush()
             self._in_heading = int(tag[1])
             self._heading_text = []
@@ -141,23 +207,32 @@ class _HTMLSections(HTMLParser):
         self._flush()
 
 
-def parse_html(text: str, fallback_title: str) -> ParsedDocument:
-    parser = _HTMLSections()
+def parse_html(
+    text: str, fallback_title: str, limits: ParseLimits = DEFAULT_LIMITS
+) -> ParsedDocument:
+    parser = _HTMLSections(limits.max_html_elements)
     parser.feed(text)
     parser.close()
     return ParsedDocument(parser.title or fallback_title, parser.sections)
 
 
-def parse_pdf(path: Path, fallback_title: str) -> ParsedDocument:
+def parse_pdf(
+    path: Path, fallback_title: str, limits: ParseLimits = DEFAULT_LIMITS
+) -> ParsedDocument:
     from pypdf import PdfReader
     from pypdf.errors import PyPdfError
 
     try:
         reader = PdfReader(str(path))
+        if len(reader.pages) > limits.max_pdf_pages:
+            raise ParseError(f"more than {limits.max_pdf_pages:,} pages")
         title = (reader.metadata.title if reader.metadata else None) or fallback_title
         sections = []
+        chars = 0
         for number, page in enumerate(reader.pages, start=1):
             page_text = (page.extract_text() or "").strip()
+            chars += len(page_text)
+            _check_chars(chars, limits)
             if page_text:
                 sections.append(Section(f"p. {number}", page_text))
     except (PyPdfError, ValueError, KeyError, TypeError, OSError) as exc:
@@ -165,17 +240,52 @@ def parse_pdf(path: Path, fallback_title: str) -> ParsedDocument:
     return ParsedDocument(str(title), sections)
 
 
-def parse_docx(path: Path, fallback_title: str) -> ParsedDocument:
+def _docx_bounded(path: Path, limits: ParseLimits) -> None:
+    """Refuse a DOCX whose XML is too big or too many elements, before loading it whole.
+
+    python-docx builds the whole tree (and a proxy per paragraph): 3 million empty
+    paragraphs, 27 KB zipped, took over 1.2 GB and minutes. Counting the elements as a
+    stream costs little and stops at the cap.
+    """
+    import zipfile
+
+    from lxml import etree
+
+    with zipfile.ZipFile(path) as archive:
+        unzipped = sum(info.file_size for info in archive.infolist())
+        if unzipped > limits.max_docx_unzipped_bytes:
+            raise ParseError(f"more than {limits.max_docx_unzipped_bytes // 1_000_000} MB unzipped")
+        names = set(archive.namelist())
+        if "word/document.xml" not in names:
+            return  # python-docx says what is wrong
+        elements = 0
+        with archive.open("word/document.xml") as stream:
+            for _, element in etree.iterparse(stream, events=("end",), resolve_entities=False):
+                elements += 1
+                if elements > limits.max_docx_elements:
+                    raise ParseError(f"more than {limits.max_docx_elements:,} XML elements")
+                element.clear()
+
+
+_DOCX_HEADING = re.compile(r"Heading (\d)")
+
+
+def parse_docx(
+    path: Path, fallback_title: str, limits: ParseLimits = DEFAULT_LIMITS
+) -> ParsedDocument:
     import zipfile
 
     import docx
     from docx.opc.exceptions import OpcError
+    from lxml.etree import LxmlError
 
     try:
+        _docx_bounded(path, limits)
         document = docx.Document(str(path))
-    except (OpcError, zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
+    except (OpcError, zipfile.BadZipFile, LxmlError, KeyError, ValueError, OSError) as exc:
         raise ParseError(f"not a readable DOCX ({exc.__class__.__name__})") from exc
     title = document.core_properties.title or ""
+    chars = 0
     stack: list[tuple[int, str]] = []
     sections: list[Section] = []
     buffer: list[str] = []
@@ -191,7 +301,9 @@ def parse_docx(path: Path, fallback_title: str) -> ParsedDocument:
         text = para.text.strip()
         if not text:
             continue
-        match = re.match(r"Heading (\d)", style)
+        chars += len(text)
+        _check_chars(chars, limits)
+        match = _DOCX_HEADING.match(style)
         if style == "Title" or match:
             flush()
             level = int(match.group(1)) if match else 0
@@ -207,7 +319,9 @@ def parse_docx(path: Path, fallback_title: str) -> ParsedDocument:
     return ParsedDocument(title or fallback_title, sections)
 
 
-def parse_file(path: Path, *, max_bytes: int) -> ParsedDocument:
+def parse_file(
+    path: Path, *, max_bytes: int, limits: ParseLimits = DEFAULT_LIMITS
+) -> ParsedDocument:
     """Parse one file by its suffix; raise ParseError with a reason a person understands."""
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:
@@ -219,9 +333,9 @@ def parse_file(path: Path, *, max_bytes: int) -> ParsedDocument:
         raise ParseError(f"file too large ({size // 1_000_000} MB > {max_bytes // 1_000_000} MB)")
     fallback = path.stem.replace("-", " ").replace("_", " ").strip().capitalize()
     if suffix == ".pdf":
-        parsed = parse_pdf(path, fallback)
+        parsed = parse_pdf(path, fallback, limits)
     elif suffix == ".docx":
-        parsed = parse_docx(path, fallback)
+        parsed = parse_docx(path, fallback, limits)
     else:
         raw = path.read_bytes()
         try:
@@ -230,12 +344,66 @@ def parse_file(path: Path, *, max_bytes: int) -> ParsedDocument:
             text = raw.decode("latin-1")
         if "\x00" in text:
             raise ParseError("binary content in a text file")
+        _check_chars(len(text), limits)
         if suffix in {".html", ".htm"}:
-            parsed = parse_html(text, fallback)
+            parsed = parse_html(text, fallback, limits)
         elif suffix == ".txt":
             parsed = parse_text(text, fallback)
         else:
             parsed = parse_markdown(text, fallback)
     if not parsed.text.strip():
         raise ParseError("no text could be extracted")
+    return parsed
+
+
+def _parse_in_child(writer: Any, path: Path, max_bytes: int, limits: ParseLimits) -> None:
+    # Address space: what the parent had (inherited, mostly shared) plus the budget.
+    with open("/proc/self/statm") as statm:
+        current = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    budget = current + limits.memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (budget, budget))
+    try:
+        result: tuple[str, Any] = ("ok", parse_file(path, max_bytes=max_bytes, limits=limits))
+    except ParseError as exc:
+        result = ("error", str(exc))
+    except MemoryError:
+        result = ("error", f"needs more than {limits.memory_mb} MB of memory to read")
+    except Exception as exc:  # a parser library choking on a corrupt file
+        result = ("error", f"unreadable ({exc.__class__.__name__})")
+    writer.send(result)
+    writer.close()
+
+
+def parse_file_isolated(
+    path: Path, *, max_bytes: int, limits: ParseLimits = DEFAULT_LIMITS
+) -> ParsedDocument:
+    """`parse_file` in a forked child, killed after `limits.seconds`, within a memory budget.
+
+    Fork, not spawn: the child starts at once with the parsers already imported (the parent
+    imports them first, so no import lock held by another thread can be inherited).
+    """
+    import docx  # noqa: F401 - imported before forking, see above
+    import pypdf  # noqa: F401
+
+    context = multiprocessing.get_context("fork")
+    reader, writer = context.Pipe(duplex=False)
+    child = context.Process(
+        target=_parse_in_child, args=(writer, path, max_bytes, limits), daemon=True
+    )
+    child.start()
+    writer.close()
+    try:
+        if not reader.poll(limits.seconds):
+            raise ParseError(f"took more than {limits.seconds:g} s to read")
+        kind, value = reader.recv()
+    except EOFError:  # killed: out of memory in C code, or a signal
+        raise ParseError("the parser stopped on this file (too big or malformed)") from None
+    finally:
+        reader.close()
+        if child.is_alive():
+            child.kill()
+        child.join()
+    if kind != "ok":
+        raise ParseError(str(value))
+    parsed: ParsedDocument = value
     return parsed

@@ -27,7 +27,7 @@ from retrieval.models import Chunk, Collection, Document, fts_config_for
 from retrieval.pipeline.search import VOCABULARY_REBUILD_SQL
 
 from .chunking import ChunkDraft, Section, chunk_sections
-from .parsers import SUPPORTED_SUFFIXES, ParseError, parse_file
+from .parsers import SUPPORTED_SUFFIXES, ParseError, ParseLimits, parse_file_isolated
 
 CHUNKER_VERSION = "1"
 Progress = Callable[[int, int, str], None]
@@ -90,9 +90,20 @@ def collection_get_or_create(*, slug: str, name: str, is_evaluation: bool = Fals
     return collection
 
 
+def parse_limits() -> ParseLimits:
+    """What reading one file may cost, from settings."""
+    return ParseLimits(
+        max_chars=settings.CHATRAG_PARSE_MAX_CHARS,
+        seconds=settings.CHATRAG_PARSE_SECONDS,
+        memory_mb=settings.CHATRAG_PARSE_MEMORY_MB,
+    )
+
+
 def source_from_file(path: Path, *, root: Path) -> SourceDocument:
     """Parse one file; its id is its path below `root` without the suffix."""
-    parsed = parse_file(path, max_bytes=settings.CHATRAG_MAX_UPLOAD_MB * 1_000_000)
+    parsed = parse_file_isolated(
+        path, max_bytes=settings.CHATRAG_MAX_UPLOAD_MB * 1_000_000, limits=parse_limits()
+    )
     relative = path.relative_to(root) if path.is_relative_to(root) else Path(path.name)
     meta = parsed.metadata
     groups = tuple(g.strip() for g in meta.get("groups", "").split(",") if g.strip())
@@ -340,11 +351,19 @@ def vocabulary_rebuild(*, collection: Collection) -> int:
         return cursor.rowcount
 
 
-def sources_from_paths(paths: Sequence[Path]) -> tuple[list[SourceDocument | FileOutcome], int]:
-    """Parse files lazily-enough for progress: returns items (errors included) and a count."""
+def sources_from_paths(
+    paths: Sequence[Path], *, on_file: Callable[[Path], object] | None = None
+) -> tuple[list[SourceDocument | FileOutcome], int]:
+    """Parse files lazily-enough for progress: returns items (errors included) and a count.
+
+    `on_file` hears each file before it is read (a job records it: a worker that dies then
+    was most likely killed by that file, and the job is not run again).
+    """
     files, errors = iter_files(paths)
     items: list[SourceDocument | FileOutcome] = list(errors)
     for path, root in files:
+        if on_file is not None:
+            on_file(path)
         try:
             items.append(source_from_file(path, root=root))
         except ParseError as exc:

@@ -1,0 +1,251 @@
+"""Untrusted files cannot tie up the worker (issue 14, finding 5).
+
+The attack: a 2 KB Markdown file whose line is "# a" + 2000 spaces + "x" took 24 s of worker
+time (a cubic heading regex); a 27 KB .docx with 3 million empty paragraphs was still parsing
+after five minutes at 1.2 GB, and the stale-job sweep queued it again, up to three times.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import zipfile
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from retrieval.ingestion import chunking, parsers
+from retrieval.ingestion.parsers import ParseError, ParseLimits, parse_file, parse_file_isolated
+
+MB = 1_000_000
+# Generous for a loaded machine: the patterns fixed here took 13 s at n = 2000 and grow as n³.
+BOUND_S = 2.0
+N = 50_000
+
+# Every regex of the parsers and the chunker, with the inputs that make a backtracking
+# pattern blow up: long runs of what two adjacent parts both accept, then a failing tail.
+PATHOLOGICAL: dict[str, list[str]] = {
+    "_MD_HEADING": [
+        "# a" + " " * N + "x",
+        "# " + " #" * N + "x",
+        "######" + " " * N + "#" * N + " " * N + "x",
+        "#" * N + " x",
+    ],
+    "_HTML_SPACES": [" \t" * N + "x"],
+    "_HTML_BLANK_LINES": ["\n" + " " * N + "x", ("\n" + " " * 100 + "x") * (N // 100)],
+    "_DOCX_HEADING": ["Heading " + "1" * N, "Heading" + " " * N],
+    "_SENTENCE_END": ["." + " " * N + "x", ". " * N, ".\t\n" * N],
+    "_PARAGRAPH_BREAK": ["\n" + " " * N + "x", ("\n" + " \t" * 50 + "x") * (N // 100)],
+}
+
+
+def _patterns() -> dict[str, re.Pattern[str]]:
+    found = {}
+    for module in (parsers, chunking):
+        for name, value in vars(module).items():
+            if isinstance(value, re.Pattern):
+                found[name] = value
+    return found
+
+
+def test_every_parser_regex_has_a_pathological_case() -> None:
+    assert set(_patterns()) == set(PATHOLOGICAL)
+
+
+@pytest.mark.parametrize("name", sorted(PATHOLOGICAL))
+def test_no_parser_regex_backtracks_on_pathological_input(name: str) -> None:
+    pattern = _patterns()[name]
+    for text in PATHOLOGICAL[name]:
+        start = time.perf_counter()
+        for line in [text, *text.splitlines()[:1]]:
+            pattern.match(line)
+            pattern.search(line)
+            pattern.split(line)
+        elapsed = time.perf_counter() - start
+        assert elapsed < BOUND_S, (name, len(text), elapsed)
+
+
+FRONT_MATTER_ATTACKS = [
+    "---" + "\n" * N + "x",  # the old regex: 36 s at this size, quadratic
+    "---" + " " * N,
+    "---\n" + "\n---x" * N,
+    "---\n" + ("\n---" + " " * 50) * (N // 50),
+]
+
+
+def test_front_matter_is_linear_on_pathological_input() -> None:
+    for text in FRONT_MATTER_ATTACKS:
+        start = time.perf_counter()
+        parsers._front_matter(text)
+        assert time.perf_counter() - start < BOUND_S, len(text)
+
+
+def test_front_matter_as_before() -> None:
+    meta, body = parsers._front_matter("---\r\ntitle: 'Férias'\nlang: pt\n---  \n# Férias\n")
+    assert (meta, body) == ({"title": "Férias", "lang": "pt"}, "# Férias\n")
+    assert parsers._front_matter("---\ntitle: x\n") == ({}, "---\ntitle: x\n")
+    assert parsers._front_matter("--- x\n---\n") == ({}, "--- x\n---\n")
+
+
+def test_the_attack_markdown_heading_parses_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "attack.md"
+    path.write_text("# a" + " " * 2000 + "x\n\ntexto\n", encoding="utf-8")
+    start = time.perf_counter()
+    doc = parse_file(path, max_bytes=MB)
+    elapsed = time.perf_counter() - start
+    print(f"2 KB heading line: {elapsed * 1000:.2f} ms")
+    assert elapsed < BOUND_S
+    assert doc.title == "a" + " " * 2000 + "x"
+
+
+@pytest.mark.parametrize(
+    ("line", "heading"),
+    [("## Prazos ##", "Prazos"), ("## C# ", "C"), ("## Prazos", "Prazos"), ("# ###", "#")],
+)
+def test_heading_text_is_stripped_as_before(line: str, heading: str) -> None:
+    match = parsers._MD_HEADING.match(line)
+    assert match and parsers._heading_text(match.group(2)) == heading
+
+
+def _docx_with_empty_paragraphs(path: Path, count: int) -> None:
+    """A valid .docx whose body is `count` empty paragraphs (it zips to a few KB)."""
+    ns = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+    body = "<w:p/>" * count
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(
+            "[Content_Types].xml",
+            '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/'
+            'content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats'
+            '-package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/>'
+            '<Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-'
+            'officedocument.wordprocessingml.document.main+xml"/></Types>',
+        )
+        archive.writestr(
+            "_rels/.rels",
+            '<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/'
+            '2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/'
+            'officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/>'
+            "</Relationships>",
+        )
+        archive.writestr(
+            "word/document.xml",
+            f'<?xml version="1.0"?><w:document {ns}><w:body>{body}</w:body></w:document>',
+        )
+
+
+def test_the_attack_docx_of_millions_of_empty_paragraphs_is_refused_fast(tmp_path: Path) -> None:
+    path = tmp_path / "empty-paragraphs.docx"
+    _docx_with_empty_paragraphs(path, 3_000_000)
+    assert path.stat().st_size < 100_000
+    start = time.perf_counter()
+    with pytest.raises(ParseError, match="XML elements"):
+        parse_file_isolated(path, max_bytes=20 * MB)
+    elapsed = time.perf_counter() - start
+    print(f"3M-paragraph docx ({path.stat().st_size} bytes) refused in {elapsed:.2f} s")
+    assert elapsed < 10
+
+
+def test_a_small_docx_still_parses(tmp_path: Path) -> None:
+    import docx
+
+    document = docx.Document()
+    document.add_heading("Férias", level=1)
+    document.add_paragraph("Trinta dias por ano.")
+    path = tmp_path / "ferias.docx"
+    document.save(str(path))
+    parsed = parse_file_isolated(path, max_bytes=MB)
+    assert parsed.title == "Férias" and "Trinta dias" in parsed.text
+
+
+def test_caps_on_text_html_elements_and_pdf_pages(tmp_path: Path) -> None:
+    text = tmp_path / "long.txt"
+    text.write_text("palavra " * 2000, encoding="utf-8")
+    with pytest.raises(ParseError, match="characters"):
+        parse_file(text, max_bytes=MB, limits=ParseLimits(max_chars=1000))
+
+    html = tmp_path / "deep.html"
+    html.write_text("<div>" * 5000 + "x", encoding="utf-8")
+    with pytest.raises(ParseError, match="HTML elements"):
+        parse_file(html, max_bytes=MB, limits=ParseLimits(max_html_elements=1000))
+
+    from pypdf import PdfWriter
+
+    writer = PdfWriter()
+    for _ in range(3):
+        writer.add_blank_page(width=200, height=200)
+    pdf = tmp_path / "pages.pdf"
+    with pdf.open("wb") as out:
+        writer.write(out)
+    with pytest.raises(ParseError, match="pages"):
+        parse_file(pdf, max_bytes=MB, limits=ParseLimits(max_pdf_pages=2))
+
+
+def test_a_parse_past_its_time_limit_is_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def stuck(text: str, fallback: str) -> Any:
+        time.sleep(60)
+
+    monkeypatch.setattr(parsers, "parse_markdown", stuck)  # the forked child inherits it
+    path = tmp_path / "slow.md"
+    path.write_text("# x\n", encoding="utf-8")
+    start = time.perf_counter()
+    with pytest.raises(ParseError, match="took more than 0.5 s"):
+        parse_file_isolated(path, max_bytes=MB, limits=ParseLimits(seconds=0.5))
+    assert time.perf_counter() - start < 5
+
+
+def test_a_parse_over_its_memory_budget_fails_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def greedy(text: str, fallback: str) -> Any:
+        return [bytearray(50 * MB) for _ in range(100)]
+
+    monkeypatch.setattr(parsers, "parse_markdown", greedy)
+    path = tmp_path / "big.md"
+    path.write_text("# x\n", encoding="utf-8")
+    with pytest.raises(ParseError, match="memory"):
+        parse_file_isolated(path, max_bytes=MB, limits=ParseLimits(memory_mb=200))
+
+
+@pytest.mark.django_db
+def test_a_job_whose_worker_died_reading_a_file_is_not_queued_again(
+    tmp_path: Path, django_capture_on_commit_callbacks: Any
+) -> None:
+    import socket
+
+    from django.utils import timezone
+
+    from retrieval.ingestion.jobs import ingestion_jobs_sweep_stale
+    from retrieval.models import IngestionJob
+    from retrieval.services import default_collection
+
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)
+    beat = (timezone.now() - timedelta(seconds=5)).isoformat()
+    worker = {"host": socket.gethostname(), "pid": dead, "heartbeat": beat}
+    collection = default_collection()
+    killer = IngestionJob.objects.create(
+        collection=collection,
+        status=IngestionJob.Status.RUNNING,
+        paths=[str(tmp_path)],
+        report={"worker": {**worker, "reading": str(tmp_path / "bomb.docx")}},
+    )
+    innocent = IngestionJob.objects.create(
+        collection=collection,
+        status=IngestionJob.Status.RUNNING,
+        paths=[str(tmp_path)],
+        report={"worker": worker},
+    )
+    with django_capture_on_commit_callbacks(execute=False):
+        retries = ingestion_jobs_sweep_stale()
+    assert [r.report["retry_of"] for r in retries] == [str(innocent.id)]
+    killer.refresh_from_db()
+    assert killer.status == IngestionJob.Status.FAILED
+    assert killer.report["failed_on"] == "bomb.docx"
+    assert "not queued again" in killer.report["error"]
