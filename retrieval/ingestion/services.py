@@ -182,8 +182,15 @@ def documents_ingest(
     total: int = 0,
     progress: Progress | None = None,
     prune_missing: bool = False,
+    prune_under: Sequence[Path] = (),
 ) -> IngestReport:
-    """Ingest documents into a collection (FileOutcome items are pre-recorded errors)."""
+    """Ingest documents into a collection (FileOutcome items are pre-recorded errors).
+
+    `prune_missing` removes every document of the collection not in `sources` (a corpus that
+    is the whole collection). `prune_under` removes only documents whose source file lay in
+    one of these folders and is gone: a folder's deleted files, never a document that came
+    from elsewhere (an upload through the admin).
+    """
     started = time.perf_counter()
     report = IngestReport()
     batch: list[_Pending] = []
@@ -251,11 +258,15 @@ def documents_ingest(
             progress(done, total, item.external_id)
     flush()
 
-    if prune_missing:
+    roots = [root.resolve() for root in prune_under]
+    if prune_missing or roots:
         for external_id, document in existing.items():
-            if external_id not in seen:
-                document.delete()
-                report.outcomes.append(FileOutcome(external_id, "removed"))
+            if external_id in seen:
+                continue
+            if not prune_missing and not _deleted_file_under(document.source_path, roots):
+                continue
+            document.delete()
+            report.outcomes.append(FileOutcome(external_id, "removed"))
 
     changed = any(o.status in {"added", "updated", "removed"} for o in report.outcomes)
     if changed or not collection.embedding_model:
@@ -266,6 +277,14 @@ def documents_ingest(
             vocabulary_rebuild(collection=collection)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _deleted_file_under(source_path: str, roots: Sequence[Path]) -> bool:
+    """Whether a document's source file was in one of `roots` and no longer exists."""
+    if not source_path:
+        return False
+    path = Path(source_path).resolve()
+    return any(path.is_relative_to(root) for root in roots) and not path.exists()
 
 
 def _groups(names: Sequence[str]) -> list[Group]:

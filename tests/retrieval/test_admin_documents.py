@@ -3,6 +3,7 @@ task, run eagerly), groups, re-index, delete; glossary import and export."""
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -217,3 +218,35 @@ def test_glossary_crud_and_actions(staff_client: Client) -> None:
         changelist, {"action": "export_selected", "_selected_action": [entry.pk]}
     )
     assert json.loads(exported.content)[0]["term"] == "VA"
+
+
+def test_restarting_make_run_keeps_documents_uploaded_through_the_admin(
+    staff_client: Client,
+    django_capture_on_commit_callbacks: Any,
+    eager_celery: None,
+    settings: Any,
+    tmp_path: Path,
+) -> None:
+    """Issue 14, finding 8: `make run` re-ingests the demo folder with --prune on every start;
+    that pruned the whole collection, so every upload was deleted at the next restart."""
+    from django.core.management import call_command
+
+    kb = tmp_path / "kb"
+    (kb / "pt").mkdir(parents=True)
+    demo = kb / "pt" / "ferias.md"
+    demo.write_text("# Férias\n\nTrinta dias corridos por ano.\n", encoding="utf-8")
+    settings.CHATRAG_DEMO_KB = kb
+    call_command("seed_demo", stdout=io.StringIO())  # the first start
+    job = _upload(staff_client, django_capture_on_commit_callbacks)
+    job.refresh_from_db()
+    assert job.status == IngestionJob.Status.DONE, job.report
+    uploaded = {"pt/auxilio-creche", "pt/notas"}
+
+    call_command("seed_demo", stdout=io.StringIO())  # a restart
+    assert set(Document.objects.values_list("external_id", flat=True)) == {"pt/ferias", *uploaded}
+
+    # --prune still drops a demo file that was deleted, and only that.
+    demo.unlink()
+    (kb / "pt" / "vr.md").write_text("# VR\n\nR$ 48 por dia.\n", encoding="utf-8")
+    call_command("seed_demo", stdout=io.StringIO())
+    assert set(Document.objects.values_list("external_id", flat=True)) == {"pt/vr", *uploaded}

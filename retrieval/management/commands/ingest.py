@@ -24,7 +24,10 @@ class Command(BaseCommand):
         parser.add_argument("paths", nargs="+", type=Path)
         parser.add_argument("--collection", default=settings.CHATRAG_COLLECTION)
         parser.add_argument(
-            "--prune", action="store_true", help="remove documents whose file is gone"
+            "--prune",
+            action="store_true",
+            help="remove documents whose file was in these folders and is gone "
+            "(never documents that came from elsewhere, such as admin uploads)",
         )
         parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -45,7 +48,7 @@ class Command(BaseCommand):
             embedder=get_embedder(),
             total=total,
             progress=progress,
-            prune_missing=options["prune"],
+            prune_under=[p for p in options["paths"] if p.is_dir()] if options["prune"] else (),
         )
         bar.close()
         rate = report.chunks_embedded / report.seconds if report.seconds else 0.0
