@@ -7,3 +7,6 @@ class ConversationsConfig(AppConfig):
     name = "conversations"
     verbose_name = "Conversations"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from conversations import signals  # noqa: F401 - connects the socket-closing receivers

@@ -5,8 +5,13 @@ Frames in: {"type": "open", "conversation": id}, {"type": "message", "conversati
 Frames out: conversation, accepted, rewrite, clarify, sources, delta, done, snapshot, error.
 
 - Parsing and validation are pure (`conversations.frames`); here: authorise, act, send.
-- Every action but ping re-checks the session: a user logged out or deactivated elsewhere
-  loses the socket at the next frame, not at the next reconnect.
+- Every socket joins its user's group (`user_group_name`). Signing out closes that session's
+  sockets at once, server side; deactivation, a password change or deletion makes every
+  socket of the user re-check its session and close if it ended (`sockets_recheck`, sent
+  through the channel layer, so it reaches sockets on every process).
+- Belt and braces: every action but ping re-checks the session, and so does a socket before
+  it relays the first frame of a turn asked from another socket; a socket that found its
+  session ended never sends another frame.
 - Another user's id is "not_found", exactly like an id that does not exist.
 """
 
@@ -20,9 +25,11 @@ from collections import defaultdict, deque
 from importlib import import_module
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.http import Http404
 
@@ -40,7 +47,15 @@ from conversations.models import Conversation, Message
 from conversations.selectors import conversation_get
 from conversations.services import conversation_create, message_store_user
 
-__all__ = ["MAX_FRAME_BYTES", "ChatConsumer", "group_name", "rate_limited"]
+__all__ = [
+    "MAX_FRAME_BYTES",
+    "ChatConsumer",
+    "group_name",
+    "rate_limited",
+    "session_sockets_close",
+    "sockets_recheck",
+    "user_group_name",
+]
 
 logger = logging.getLogger(__name__)
 _recent: dict[int, deque[float]] = defaultdict(deque)
@@ -48,6 +63,31 @@ _recent: dict[int, deque[float]] = defaultdict(deque)
 
 def group_name(conversation_id: int) -> str:
     return f"conversation-{conversation_id}"
+
+
+def user_group_name(user_id: int) -> str:
+    """Every open socket of one user, on any process."""
+    return f"user-{user_id}"
+
+
+def _tell_sockets(user_id: int, event: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(user_group_name(user_id), event)
+    except Exception as exc:  # the layer is down: the sockets still re-check at their next frame
+        logger.warning("could not reach the sockets of user %s: %r", user_id, exc)
+
+
+def session_sockets_close(*, user_id: int, session_key: str) -> None:
+    """Close, on every process, the user's sockets opened with this session (a sign-out)."""
+    _tell_sockets(user_id, {"type": "session.end", "session_key": session_key})
+
+
+def sockets_recheck(*, user_id: int) -> None:
+    """Make the user's sockets re-check their session now and close if it has ended."""
+    _tell_sockets(user_id, {"type": "session.recheck"})
 
 
 def rate_limited(user_id: int, *, per_minute: int, now: float | None = None) -> bool:
@@ -113,6 +153,7 @@ def _relayed(task: asyncio.Task[None]) -> None:
 class ChatConsumer(AsyncWebsocketConsumer):
     groups_joined: set[str]
     socket_closed = False
+    session_ended = False
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -122,7 +163,13 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.user = user
         self.groups_joined = set()
         self.snapshot_ends: dict[int, int] = {}  # answer id -> length of the text sent
+        self.turns_checked: set[int] = set()  # turns of other sockets relayed after a check
         await self.accept()
+        # Joined after accepting, so a sign-out that races the handshake is caught by the
+        # check below rather than missed.
+        await self._join_group(user_group_name(user.pk))
+        if not await self._session_still_valid():
+            await self._end_session()
 
     async def disconnect(self, code: int) -> None:
         # Running turns are NOT cancelled: they finish and store the answer.
@@ -140,12 +187,13 @@ class ChatConsumer(AsyncWebsocketConsumer):
         except FrameError as exc:
             await self._error(exc.code, exc.message)
             return
+        if self.session_ended:
+            return
         if isinstance(frame, Ping):
             await self._send({"type": "pong"})
             return
         if not await self._session_still_valid():
-            await self._error("unauthorized", "Your session has ended; sign in again.")
-            await self.close(code=4401)
+            await self._end_session()
             return
         if isinstance(frame, Open):
             await self._open(frame)
@@ -153,6 +201,14 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._message(frame, received_at)
         elif isinstance(frame, Stop):
             await self._stop(frame)
+
+    async def _end_session(self) -> None:
+        """Say why once, close, and never send anything again on this socket."""
+        if self.session_ended:
+            return
+        await self._error("unauthorized", "Your session has ended; sign in again.")
+        self.session_ended = True
+        await self.close(code=4401)
 
     async def _session_still_valid(self) -> bool:
         """The session still exists and still belongs to this active user."""
@@ -168,7 +224,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
     # --- handlers ---------------------------------------------------------------------------
 
     async def _join(self, conversation_id: int) -> None:
-        group = group_name(conversation_id)
+        await self._join_group(group_name(conversation_id))
+
+    async def _join_group(self, group: str) -> None:
         if group not in self.groups_joined:
             try:
                 await self.channel_layer.group_add(group, self.channel_name)
@@ -250,12 +308,30 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     # --- channel layer events -----------------------------------------------------------------
 
+    async def session_end(self, event: dict[str, Any]) -> None:
+        """A sign-out: close if this socket was opened with that session."""
+        session = self.scope.get("session")
+        if getattr(session, "session_key", None) == event.get("session_key"):
+            await self._end_session()
+
+    async def session_recheck(self, event: dict[str, Any]) -> None:
+        if not self.session_ended and not await self._session_still_valid():
+            await self._end_session()
+
     async def turn_event(self, event: dict[str, Any]) -> None:
         await self._send(event["event"])
 
     async def turn_events(self, event: dict[str, Any]) -> None:
         if event.get("origin") == self.channel_name:
             return  # this socket's own turn: already sent directly
+        # A turn asked elsewhere carries the question and the answer: before relaying its
+        # first frame, make sure this socket's session is still on (a missed signal, a
+        # session deleted in bulk).
+        turns_new = {int(i.get("message_id") or 0) for i in event["events"]} - self.turns_checked
+        if turns_new and not self.session_ended:
+            if not await self._session_still_valid():
+                await self._end_session()
+            self.turns_checked |= turns_new
         for item in event["events"]:
             seen = self.snapshot_ends.get(item.get("message_id", 0), 0)
             if item["type"] == "delta" and item["offset"] + len(item["delta"]) <= seen:
@@ -263,6 +339,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._send(item)
 
     async def _send(self, payload: dict[str, Any]) -> None:
+        if self.session_ended:
+            return  # nothing more for a session that has ended, whoever asks to send it
         await self.send(text_data=json.dumps(payload, ensure_ascii=False))
 
     async def _error(self, code: str, message: str) -> None:
