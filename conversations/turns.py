@@ -32,6 +32,7 @@ from retrieval.pipeline.answer import (
     answer_language,
     build_answer_messages,
     clean_citations,
+    context_passages,
     extractive_answer,
     label,
 )
@@ -492,11 +493,14 @@ async def _answer(
         prefix = ""
         error = ""
 
+    # The "no model" label is the page's badge (`extractive`), not the answer's first line.
+    # Lines may come from other found sections of the shown documents, citing their card.
     text = prefix + extractive_answer(
         question=outcome.masked_question,
         queries=[q.text for q in outcome.queries],
-        passages=passages,
+        passages=context_passages(outcome.passages, outcome.merged),
         language=language,
+        rewrite=outcome.rewrite,
     )
     text = outcome.masker.unmask(text)
     # Stream it in small pieces so the page behaves the same with or without a model.

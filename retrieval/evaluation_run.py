@@ -31,6 +31,7 @@ from retrieval.pipeline.answer import (
     answer_language,
     build_answer_messages,
     clean_citations,
+    context_passages,
     extractive_answer,
     passages_from_hits,
 )
@@ -39,6 +40,8 @@ from retrieval.pipeline.llm import ChatModel, LLMError
 from retrieval.pipeline.metrics import mrr_at, ndcg_at, percentile, recall_at
 from retrieval.pipeline.retrieve import RetrievalOutcome, RewriteMode, retrieve
 from retrieval.pipeline.search import Scope
+from retrieval.pipeline.text import token_spans
+from retrieval.pipeline.types import LexiconView
 from retrieval.services import (
     VocabularyLexicon,
     glossary_for,
@@ -120,6 +123,7 @@ async def turn_answer(
     outcome: RetrievalOutcome,
     language: str,
     model: ChatModel | None,
+    lexicon: Callable[[set[str]], LexiconView] | None = None,
 ) -> tuple[str, bool]:
     """The answer a turn would show for this outcome: (text, extractive).
 
@@ -148,12 +152,22 @@ async def turn_answer(
                 return clean_citations(outcome.masker.unmask(text), len(passages))[0], False
         except LLMError:
             pass
+    context = context_passages(outcome.passages, outcome.merged)
+    view = None
+    if lexicon is not None:  # rarity from the whole collection instead of the passages
+        words = {t.norm for p in context for t in token_spans(p.text)}
+        try:
+            view = await sync_to_async(lexicon)(words)
+        except Exception:  # a statistics failure must not lose the answer: passages' rarity
+            view = None
     text = extractive_answer(
         question=outcome.masked_question,
         queries=[q.text for q in outcome.queries],
-        passages=passages,
+        passages=context,
         language=language,
         rewrite=outcome.rewrite,
+        df=view.df if view else None,
+        n_chunks=view.n_chunks if view else 0,
     )
     return clean_citations(outcome.masker.unmask(text), len(passages))[0], True
 
@@ -168,6 +182,7 @@ async def evaluate_mode(
     model: ChatModel | None,
     on_task: Callable[[], object] | None = None,
     answers: bool = False,
+    corpus_idf: bool = False,
 ) -> ModeReport:
     """Score every task with one rewrite mode (tasks run one at a time for clean latencies)."""
     engine = await sync_to_async(search_engine)()
@@ -203,6 +218,7 @@ async def evaluate_mode(
                 language=turn_language,
                 model=model,
                 reference=references.get(task.id),
+                lexicon=lexicon if corpus_idf else None,
             )
         report.rows.append(row)
         for stage, ms in outcome.timings_ms.items():
@@ -252,6 +268,7 @@ def task_row(
         "ambiguous_between": sorted(task.ambiguous_between),
         "relevant": sorted(task.relevant),
         "ranked": ranked,
+        "passages": [m.hit.external_id for m in outcome.passages] if shown else [],
         "terms": term_checks(queries, task.expected_queries_contain, task.queries_must_not_contain),
     }
     if task.relevant and shown is not ranked:
@@ -273,6 +290,7 @@ async def answer_row(
     language: str,
     model: ChatModel | None,
     reference: str | None,
+    lexicon: Callable[[set[str]], LexiconView] | None = None,
 ) -> dict[str, Any]:
     """Build the turn's answer and check it: facts found, words, reference token recall."""
     started = time.perf_counter()
@@ -281,7 +299,9 @@ async def answer_row(
     elif not row["searched"]:
         text, extractive = "", False  # small talk: a fixed polite reply, nothing to check
     else:
-        text, extractive = await turn_answer(outcome=outcome, language=language, model=model)
+        text, extractive = await turn_answer(
+            outcome=outcome, language=language, model=model, lexicon=lexicon
+        )
     build_ms = (time.perf_counter() - started) * 1000
     return {
         "text": text,

@@ -261,7 +261,9 @@ async def test_model_http_500_falls_back_to_rules_and_an_extractive_answer(
     assert "llm http 500" in frames[0]["errors"]
     done = frames[-1]
     assert (done["status"], done["extractive"]) == ("complete", True)
-    assert done["text"].startswith(FAILED_NOTE + "\n\nResposta extrativa")
+    # The extractive answer opens by replying to the question; "no model" is the badge's.
+    assert done["text"].startswith(FAILED_NOTE + "\n\nSobre ")
+    assert "Resposta extrativa" not in done["text"]
     assert _citations(done["text"])
     user, answer, trace = await _stored(message)
     assert answer.text == done["text"]
@@ -553,7 +555,7 @@ async def test_a_failing_emit_does_not_lose_the_answer(
     user, answer, _trace = await _stored(message)
     assert user.status == Message.Status.COMPLETE
     assert answer.status == Message.Status.COMPLETE
-    assert answer.text.startswith("Resposta extrativa")
+    assert answer.extractive and answer.text.startswith("Sobre ")
     assert _citations(answer.text)
 
 
@@ -585,7 +587,7 @@ async def test_database_error_while_storing_the_answer_marks_the_turn_failed(
     user, answer, trace = await _stored(message)
     assert user.status == Message.Status.ERROR
     assert answer.status == Message.Status.ERROR  # not left "streaming" for good
-    assert answer.text.startswith("Resposta extrativa")  # what the user already saw
+    assert answer.text.startswith("Sobre ")  # what the user already saw
     assert answer.error.startswith("turn failed: IntegrityError")
     assert any(e.startswith("turn failed: IntegrityError") for e in trace.errors)
 

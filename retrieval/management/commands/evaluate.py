@@ -54,6 +54,11 @@ class Command(BaseCommand):
             action="store_true",
             help="also build each turn's answer and score the facts it contains",
         )
+        parser.add_argument(
+            "--corpus-idf",
+            action="store_true",
+            help="answers weigh words by the collection's frequencies (default: the passages')",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -115,6 +120,7 @@ class Command(BaseCommand):
                     model=model,
                     on_task=bar.update,
                     answers=options["answers"],
+                    corpus_idf=options["corpus_idf"],
                 )
                 bar.close()
             return out

@@ -14,6 +14,7 @@ from .grounded import (
     answer_language,
     build_answer_messages,
     clean_citations,
+    context_passages,
     label,
     passages_from_hits,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "answer_language",
     "build_answer_messages",
     "clean_citations",
+    "context_passages",
     "extractive_answer",
     "label",
     "passages_from_hits",

@@ -1,21 +1,456 @@
-"""The extractive answer (pure): sentences of the passages, chosen for the question."""
+"""The extractive answer (pure): the passages' own sentences, chosen for the question.
+
+Used when no model server is configured (or it failed). It never writes a claim of its own:
+every line is a sentence, list item, table row or numbered step of a passage, cited [n].
+How a line is chosen:
+- words weighted by rarity (the corpus's document frequencies when the caller passes them,
+  else the passages' own), from the question, the rewritten queries and glossary expansions;
+- the kind of answer asked for ("quanto tempo / prazo" wants a duration or date, "quanto /
+  valor" an amount, "posso / tenho direito" the deciding condition, "como / onde" the steps
+  and the place) lifts the lines that have one;
+- lines far below the best one are dropped; the answer comes from the best passage's
+  document, and another document only adds lines when it answers words of the question that
+  the first document does not have (two topics in one message), so a sibling's rules are
+  never mixed in;
+- the steps of a numbered procedure stay together with their numbers; the most direct line
+  comes first.
+"""
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
-from ..text import content_terms, normalize
+from ..text import content_terms, detect_language, normalize, stopwords_for, token_spans
 from ..types import RewriteResult
 from .grounded import Passage, label
 
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-ZÀ-ÖØ-Þ0-9¿¡\"“(])")
+AnswerKind = Literal["duration", "amount", "condition", "steps"]
+
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=[A-ZÀ-ÖØ-Þ0-9¿¡\"“(])")
+_STEP = re.compile(r"^\s*(\d{1,2})[.)]\s+(.*)$")
+_ITEM = re.compile(r"^\s*[-*•]\s+(.*)$")
+_ROW = re.compile(r"^\s*\|(.*)\|\s*$")
+_RULE_ROW = re.compile(r"^[\s|:-]+$")
+_EMPHASIS = re.compile(r"(\*\*|__)(.+?)\1")
+
+# What the question asks for, from its wording (normalised, accents stripped), tried in
+# this order: "quanto tempo" is a duration before "quanto" is an amount.
+_CUE_PHRASES: tuple[tuple[AnswerKind, tuple[str, ...]], ...] = (
+    (
+        "duration",
+        (
+            "quanto tempo",
+            "qnto tempo",
+            "qto tempo",
+            "prazo",
+            "prazos",
+            "quando",
+            "qnd",
+            "qdo",
+            "ate quando",
+            "que dia",
+            "data",
+            "cuanto tiempo",
+            "plazo",
+            "cuando",
+            "hasta cuando",
+            "que fecha",
+            "fecha",
+            "how long",
+            "when",
+            "deadline",
+            "by when",
+            "what date",
+            "vencimento",
+            "vence",
+        ),
+    ),
+    (
+        "amount",
+        (
+            "quanto",
+            "qnto",
+            "qto",
+            "quanta",
+            "quantos",
+            "quantas",
+            "valor",
+            "valores",
+            "teto",
+            "limite",
+            "custa",
+            "custo",
+            "percentual",
+            "desconto",
+            "cuanto",
+            "cuanta",
+            "cuantos",
+            "cuantas",
+            "monto",
+            "importe",
+            "tope",
+            "cuesta",
+            "how much",
+            "how many",
+            "amount",
+            "limit",
+            "cost",
+            "rate",
+            "percent",
+            "fee",
+            "price",
+        ),
+    ),
+    ("duration", ("demora", "leva", "cai", "sai", "tarda")),
+    (
+        "steps",
+        (
+            "como",
+            "onde",
+            "donde",
+            "how do",
+            "how can",
+            "how to",
+            "where",
+            "peco",
+            "solicito",
+            "pedir",
+            "solicitar",
+            "request",
+            "apply",
+            "registrar",
+            "tramite",
+            "indico",
+            "cobro",
+            "mandar",
+            "enviar",
+        ),
+    ),
+    (
+        "condition",
+        (
+            "posso",
+            "pode",
+            "podem",
+            "tenho direito",
+            "tem direito",
+            "direito",
+            "vale para",
+            "vale pra",
+            "recebe",
+            "recebo",
+            "ganho",
+            "ganha",
+            "perco",
+            "perde",
+            "mantem",
+            "manter",
+            "continua",
+            "precisa",
+            "puedo",
+            "puede",
+            "tengo derecho",
+            "derecho",
+            "corresponde",
+            "pierdo",
+            "mantiene",
+            "can i",
+            "am i",
+            "do i",
+            "is it",
+            "entitled",
+            "eligible",
+            "allowed",
+            "keep",
+            "lose",
+            "need",
+        ),
+    ),
+)
+_KIND_CUES: tuple[tuple[AnswerKind, re.Pattern[str]], ...] = tuple(
+    (kind, re.compile(r"\b(?:" + "|".join(map(re.escape, phrases)) + r")\b"))
+    for kind, phrases in _CUE_PHRASES
+)
+_CUE_WORDS = frozenset(w for _, phrases in _CUE_PHRASES for p in phrases for w in p.split())
+
+_MONTHS = (
+    "janeiro|fevereiro|marco|abril|maio|junho|julho|agosto|setembro|outubro|novembro|"
+    "dezembro|enero|febrero|marzo|mayo|junio|julio|septiembre|setiembre|octubre|"
+    "noviembre|diciembre|january|february|march|april|may|june|july|august|september|"
+    "october|november|december"
+)
+_KIND_EVIDENCE: dict[AnswerKind, re.Pattern[str]] = {
+    "duration": re.compile(
+        r"\b\d+\s*(?:a\s+\d+\s+)?(?:dias?|meses|mes|anos?|semanas?|horas?|h|minutos|"
+        r"days?|months?|years?|weeks?|hours?)\b|\bdia\s+\d+|\bdias?\s+uteis\b|"
+        r"\bdias?\s+(?:corridos|habiles|naturales|laborables)\b|"
+        rf"\b\d{{1,2}}(?:º|o)?\s+de\s+(?:{_MONTHS})\b|\b(?:{_MONTHS})\b|"
+        r"\b(?:ate|antes|depois|apos|hasta|desde|within|before|after|until)\b[^.]{0,30}\d"
+    ),
+    "amount": re.compile(
+        r"(?:r\$|us\$|\$u|€|\$|eur\b|usd\b|pesos\b|reais\b)\s*\d|\d+(?:[.,]\d+)*\s*"
+        r"(?:%|€|pesos|reais|euros|dolares|dollars)|\b\d+/\d+\b|\bsalarios?\s+(?:base|minimo)"
+    ),
+    "condition": re.compile(
+        r"\b(?:so|somente|apenas|exclusivo|desde que|salvo|exceto|nao|nem|sem|caso|se|"
+        r"sempre que|a partir|solo|solamente|siempre que|no|ni|sin|excepto|si|only|"
+        r"unless|except|not|no|if|provided)\b"
+    ),
+    "steps": re.compile(
+        r"\b(?:portal|sistema|aplicativo|app|formulario|chamado|e-?mail|@|pelo|pela|"
+        r"no lumen|en lumen|modulo|opcao|opcion|envie|envia|registre|registra|solicite|"
+        r"solicita|acesse|accede|marque|peca|pida|submit|portal|form|ticket)\b|>"
+    ),
+}
+
+# A figure, a deadline or a place: what an answer states and an introduction does not.
+_SPECIFIC = re.compile(r"\d|@|>")
+# Sentences about the page itself ("Esta página explica ...") answer nothing.
+_META = re.compile(
+    r"\b(?:esta|nesta|essa) (?:pagina|politica)\b|\bthis (?:page|policy)\b|"
+    r"\b(?:esta|en esta) (?:pagina|politica)\b|\bpagina explica\b|\bduvidas\b|\bdudas\b|"
+    r"\bconsultas:"
+)
+
+_OPENERS: dict[str, dict[str, str]] = {
+    "pt": {
+        "duration": "Sobre o prazo — {s}:",
+        "amount": "Sobre o valor — {s}:",
+        "condition": "Sobre quem tem direito — {s}:",
+        "steps": "Sobre como fazer — {s}:",
+        "": "Sobre {s}:",
+    },
+    "es": {
+        "duration": "Sobre el plazo — {s}:",
+        "amount": "Sobre el monto — {s}:",
+        "condition": "Sobre quién tiene derecho — {s}:",
+        "steps": "Sobre cómo hacerlo — {s}:",
+        "": "Sobre {s}:",
+    },
+    "en": {
+        "duration": "On the deadline — {s}:",
+        "amount": "On the amount — {s}:",
+        "condition": "On who is entitled — {s}:",
+        "steps": "On how to do it — {s}:",
+        "": "On {s}:",
+    },
+}
+_FOUND: dict[str, str] = {
+    "pt": "O que os documentos dizem:",
+    "es": "Lo que dicen los documentos:",
+    "en": "What the documents say:",
+}
+
+# Tuning, measured with `manage.py evaluate --answers` on ptes-dev and the demo tasks.
+SWITCH_RATIO = 1.25  # another document leads only when its best line is this much better
+KEEP_RATIO = 0.5  # a line scoring under half the best one is filler
+MAX_LINES = 4
+WORD_BUDGET = 60  # words of the chosen lines beyond the first (steps blocks excepted)
+QUERY_WEIGHT = 0.6  # words only in the rewritten queries or glossary expansions
+HEADING_WEIGHT = 0.5  # a word of the section heading counts half for each of its lines
+KIND_BONUS = 0.6
+SPECIFIC_BONUS = 0.3  # the same for a line with a figure when the question names no kind
+META_FACTOR = 0.3  # share of the best query word's weight a line of the asked kind gains
 
 
-def _sentences(text: str) -> list[str]:
-    flat = re.sub(r"\s*\n\s*[-*•]\s*", ". ", text)
-    flat = re.sub(r"\s+", " ", flat).strip()
-    return [s.strip() for s in _SENTENCE.split(flat) if len(s.strip()) > 20]
+@dataclass(frozen=True)
+class _Line:
+    passage: Passage
+    rank: int  # the passage's place in the list, 0 first
+    order: int  # the line's place in its passage
+    text: str
+    stems: frozenset[str]
+    step: int | None = None  # the number of a numbered step
+    block: int = -1  # numbered steps of one list share a block
+
+
+def answer_kind(question: str) -> AnswerKind | None:
+    """What the question asks for, from its wording; None when it does not say."""
+    text = " ".join(normalize(question).replace("?", " ").split())
+    for kind, cue in _KIND_CUES:
+        if cue.search(text):
+            return kind
+    return None
+
+
+def _stem(norm: str) -> str:
+    """A crude stem shared by pt, es and en: plural endings off, then six letters."""
+    if norm.isdigit() or len(norm) <= 3:
+        return norm
+    for suffix in ("oes", "aes", "es", "s"):
+        if norm.endswith(suffix) and len(norm) - len(suffix) >= 4:
+            norm = norm[: -len(suffix)]
+            break
+    return norm[:6]
+
+
+_CUE_STEMS = frozenset(_stem(w) for w in _CUE_WORDS)
+
+
+def _stems(text: str) -> frozenset[str]:
+    return frozenset(_stem(t.norm) for t in token_spans(text))
+
+
+def _plain(text: str) -> str:
+    """Markdown emphasis kept as the page shows it; links and stray markup flattened."""
+    return " ".join(text.split())
+
+
+def _lines(passage: Passage, rank: int) -> list[_Line]:
+    """Split a passage into sentences, list items, table rows and numbered steps."""
+    out: list[_Line] = []
+    header: list[str] = []
+    block = 0
+    in_steps = False
+    order = 0
+
+    def add(text: str, step: int | None = None) -> None:
+        nonlocal order
+        text = _plain(text)
+        if len(text) < 12 and step is None:
+            return
+        out.append(_Line(passage, rank, order, text, _stems(text), step, block if step else -1))
+        order += 1
+
+    for raw in passage.text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            in_steps = False
+            continue
+        if row := _ROW.match(line):
+            if _RULE_ROW.match(line):
+                continue
+            cells = [c.strip() for c in row.group(1).split("|")]
+            if not header:
+                header = cells
+                continue
+            parts = [
+                f"{h}: {c}" if h else c for h, c in zip(header[1:], cells[1:], strict=False) if c
+            ]
+            add(f"{cells[0]} — " + "; ".join(parts) + ".")
+            continue
+        header = []
+        if step := _STEP.match(line):
+            if not in_steps:
+                block += 1
+                in_steps = True
+            add(step.group(2), int(step.group(1)))
+            continue
+        in_steps = False
+        item = _ITEM.match(line)
+        body = item.group(1) if item else line
+        for sentence in _SENTENCE.split(body):
+            add(sentence)
+    return out
+
+
+def _question_terms(
+    question: str, queries: Sequence[str], rewrite: RewriteResult | None, language: str
+) -> dict[str, float]:
+    """Stems to look for, with their weight: the question's own count most."""
+    terms: dict[str, float] = {}
+    for term in content_terms(question, language):
+        terms[_stem(term)] = 1.0
+    extra = list(queries)
+    if rewrite is not None:
+        extra += [h.expansion for h in rewrite.glossary_hits]
+        extra += list(rewrite.corrections.values())
+    stop = stopwords_for(language)
+    for text in extra:
+        for token in token_spans(text):
+            if token.norm in stop or len(token.norm) < 2:
+                continue
+            stem = _stem(token.norm)
+            terms.setdefault(stem, QUERY_WEIGHT)
+    return terms
+
+
+def _idf(lines: Sequence[_Line], df: Mapping[str, int] | None, n_chunks: int) -> dict[str, float]:
+    """Rarity of each stem: from the corpus when given, else over the passages' lines."""
+    if df is not None and n_chunks > 0:
+        by_stem: Counter[str] = Counter()
+        for word, count in df.items():
+            stem = _stem(word)
+            by_stem[stem] = max(by_stem[stem], count)
+        return {s: math.log((n_chunks + 1) / (c + 0.5)) for s, c in by_stem.items() if c} | {
+            "__default__": math.log(n_chunks + 1)
+        }
+    counts: Counter[str] = Counter()
+    for line in lines:
+        counts.update(line.stems)
+    n = len(lines)
+    return {s: math.log((n + 1) / (c + 0.5)) for s, c in counts.items()} | {
+        "__default__": math.log(n + 1)
+    }
+
+
+def _score(
+    line: _Line,
+    terms: Mapping[str, float],
+    idf: Mapping[str, float],
+    kind: AnswerKind | None,
+    heading_stems: frozenset[str],
+) -> float:
+    default = idf["__default__"]
+    overlap = 0.0
+    best_weight = 0.0
+    for stem, weight in terms.items():
+        w = weight * max(0.0, idf.get(stem, default))
+        best_weight = max(best_weight, w)
+        if stem in line.stems:
+            overlap += w
+        elif stem in heading_stems:
+            overlap += HEADING_WEIGHT * w
+    if overlap == 0:
+        return 0.0
+    norm = normalize(line.text)
+    if kind is not None and _KIND_EVIDENCE[kind].search(norm):
+        overlap += KIND_BONUS * best_weight
+    elif kind is None and _SPECIFIC.search(norm):
+        overlap += SPECIFIC_BONUS * best_weight
+    if _META.search(norm):
+        overlap *= META_FACTOR
+    # Earlier passages are what the search trusted most; very long lines say too much.
+    prior = max(0.6, 1.0 - 0.08 * line.rank)
+    words = len(line.text.split())
+    return overlap * prior * (0.85 if words > 45 else 1.0)
+
+
+def _subject(question: str, language: str, kind: AnswerKind | None) -> str:
+    """The person's own words, trimmed of cue words and small words at both ends."""
+    tokens = token_spans(question)
+    stop = stopwords_for(language)
+    keep = [
+        i
+        for i, t in enumerate(tokens)
+        if t.norm not in stop and t.norm not in _CUE_WORDS and len(t.norm) > 1
+    ]
+    if not keep:
+        return ""
+    first, last = tokens[keep[0]], tokens[keep[-1]]
+    span = question[first.start : last.end].strip()
+    return span[:80]
+
+
+def opening_line(
+    question: str, language: str, kind: AnswerKind | None, title: str, subject: str | None = None
+) -> str:
+    """One short line that replies to the person's words, in the turn's language."""
+    lang = language if language in _OPENERS else "pt"
+    if subject is None:
+        subject = _subject(question, lang, kind)
+    if len(subject.split()) < 2:
+        # A short follow-up ("e pros estagiários?"): name the document it was answered from.
+        head = re.split(r"\s+[—–-]\s+|\s*\(", title)[0].strip()
+        subject = f"{subject} ({head})" if subject and head else subject or head
+    if not subject:
+        return _FOUND[lang]
+    return _OPENERS[lang][kind or ""].format(s=subject)
 
 
 def extractive_answer(
@@ -25,39 +460,177 @@ def extractive_answer(
     passages: Sequence[Passage],
     language: str,
     rewrite: RewriteResult | None = None,
+    df: Mapping[str, int] | None = None,
+    n_chunks: int = 0,
 ) -> str:
-    """Pick the sentences of the top passages that share most words with the question.
+    """Answer with the passages' own lines that answer the question (see the module doc).
 
-    Used without a model server: it never invents anything, and says so.
+    `df`/`n_chunks` are the collection's document frequencies (a `LexiconView`'s); without
+    them rarity is measured over the passages themselves.
     """
     if not passages:
         return label("nothing", language)
-    terms = set(content_terms(question))
-    for query in queries:
-        terms.update(content_terms(query))
-    scored: list[tuple[float, int, int, str]] = []
-    for rank, passage in enumerate(passages[:4]):
-        for order, sentence in enumerate(_sentences(passage.text)):
-            words = set(normalize(w) for w in re.findall(r"\w+", sentence))
-            overlap = len(terms & words)
-            if overlap == 0:
-                continue
-            # Earlier passages rank higher; long sentences are not favoured just for length.
-            score = overlap / (1 + 0.15 * rank) - 0.002 * max(0, len(sentence) - 250)
-            scored.append((score, passage.number, order, sentence))
+    language = language if language in _OPENERS else (detect_language(question) or "pt")
+    lines = [line for p in passages for line in _lines(p, p.number - 1)]
+    if not lines:
+        first = passages[0]
+        return f"{_FOUND[language]}\n\n{_plain(first.text)[:400]} [{first.number}]"
+    idf = _idf(lines, df, n_chunks)
+    context = {id(p): _stems(p.heading) | _stems(p.title) for p in passages}
+    parts = _sub_questions(question, rewrite)
+    if len(parts) >= 2:
+        # Two questions in one message: each answered from its own document.
+        chosen: list[tuple[float, _Line]] = []
+        for part in parts:
+            terms = _question_terms(part, [], None, language)
+            found = _choose(lines, passages, terms, idf, answer_kind(part), context, limit=2)
+            have = {id(line) for _, line in chosen}
+            chosen += [item for item in found if id(item[1]) not in have]
+        return _render(question, language, None, chosen, subject=_joined_subjects(parts, language))
+    kind = answer_kind(question)
+    terms = _question_terms(question, queries, rewrite, language)
+    return _render(question, language, kind, _choose(lines, passages, terms, idf, kind, context))
+
+
+def _sub_questions(question: str, rewrite: RewriteResult | None) -> list[str]:
+    """The parts of a two-topic message, as the rewrite split it ("decompose" queries)."""
+    if rewrite is None:
+        return []
+    return [q.text for q in rewrite.queries if q.type == "decompose"][:3]
+
+
+def _joined_subjects(parts: Sequence[str], language: str) -> str:
+    joiner = {"es": " y ", "en": " and "}.get(language, " e ")
+    subjects = [" ".join(_subject(p, language, None).split()[:5]) for p in parts]
+    return joiner.join(s for s in subjects if s)
+
+
+def _choose(
+    lines: Sequence[_Line],
+    passages: Sequence[Passage],
+    terms: Mapping[str, float],
+    idf: Mapping[str, float],
+    kind: AnswerKind | None,
+    context: Mapping[int, frozenset[str]],
+    limit: int = MAX_LINES,
+) -> list[tuple[float, _Line]]:
+    """The lines that answer one question: its document's best, another topic's if asked."""
+    scored = [(_score(line, terms, idf, kind, context[id(line.passage)]), line) for line in lines]
+    scored = [(s, line) for s, line in scored if s > 0]
     if not scored:
-        best = passages[0]
-        first = _sentences(best.text)[:2] or [best.text[:300]]
-        scored = [(1.0, best.number, i, s) for i, s in enumerate(first)]
-    chosen: list[tuple[float, int, int, str]] = []
-    per_passage: dict[int, int] = {}
-    for item in sorted(scored, key=lambda s: -s[0]):
-        if per_passage.get(item[1], 0) >= 2:
+        top = [line for line in lines if line.rank == 0][:2]
+        scored = [(1.0 - 0.01 * i, line) for i, line in enumerate(top)]
+    best_score = max(s for s, _ in scored)
+    by_document: dict[str, list[tuple[float, _Line]]] = {}
+    for item in scored:
+        by_document.setdefault(_document(item[1].passage), []).append(item)
+    # The primary document: the top passage's, unless another has a clearly better line.
+    primary = _document(passages[0])
+    best_of = {d: max(s for s, _ in items) for d, items in by_document.items()}
+    challenger = max(best_of, key=lambda d: best_of[d])
+    if primary not in best_of or best_of[challenger] > SWITCH_RATIO * best_of[primary]:
+        primary = challenger
+    chosen = _pick(by_document[primary], best_score, limit=limit)
+    primary_text = set().union(
+        *(line.stems for line in lines if _document(line.passage) == primary),
+        *(context[id(p)] for p in passages if _document(p) == primary),
+    )
+    # Words that say what kind of answer is wanted ("pedir", "quanto") name no topic.
+    missing = {t for t, w in terms.items() if w >= 1.0} - primary_text - _CUE_STEMS
+    for document, items in sorted(by_document.items(), key=lambda kv: -best_of[kv[0]]):
+        if document == primary or not missing or len(chosen) >= limit:
             continue
-        per_passage[item[1]] = per_passage.get(item[1], 0) + 1
-        chosen.append(item)
-        if len(chosen) >= 4:
+        # Another document adds lines only for question words the first one lacks: a
+        # second topic, not a sibling's version of the same rule.
+        useful = [(s, line) for s, line in items if line.stems & missing]
+        if not useful:
+            continue
+        extra = _pick(useful, best_score, limit=2)
+        chosen += extra
+        missing -= {st for _, line in extra for st in line.stems}
+    return _with_steps(chosen, lines, kind)
+
+
+def _document(passage: Passage) -> str:
+    return passage.document or passage.title
+
+
+def _pick(
+    items: list[tuple[float, _Line]], best: float, limit: int = MAX_LINES
+) -> list[tuple[float, _Line]]:
+    """The best lines of one document, down to KEEP_RATIO of the best, within the budget."""
+    ranked = sorted(items, key=lambda item: (-item[0], item[1].rank, item[1].order))
+    picked: list[tuple[float, _Line]] = []
+    words = 0
+    seen: set[str] = set()
+    for score, line in ranked:
+        if len(picked) >= limit or (picked and score < KEEP_RATIO * best):
             break
-    chosen.sort(key=lambda s: (s[1], s[2]))
-    lines = [f"- {sentence} [{number}]" for _, number, _, sentence in chosen]
-    return label("extractive", language) + "\n\n" + "\n".join(lines)
+        key = normalize(line.text)
+        if key in seen:
+            continue
+        if picked and words + len(line.text.split()) > WORD_BUDGET:
+            continue
+        seen.add(key)
+        picked.append((score, line))
+        if len(picked) > 1:
+            words += len(line.text.split())
+    return picked
+
+
+def _with_steps(
+    chosen: list[tuple[float, _Line]], lines: Sequence[_Line], kind: AnswerKind | None
+) -> list[tuple[float, _Line]]:
+    """A chosen numbered step brings its whole procedure when the question asks how."""
+    if kind != "steps":
+        return chosen
+    out = list(chosen)
+    have = {(id(line.passage), line.order) for _, line in chosen}
+    for score, line in chosen:
+        if line.step is None:
+            continue
+        for other in lines:
+            same = other.passage is line.passage and other.block == line.block
+            if same and (id(other.passage), other.order) not in have:
+                have.add((id(other.passage), other.order))
+                out.append((score - 1e-6, other))
+    return out
+
+
+def _render(
+    question: str,
+    language: str,
+    kind: AnswerKind | None,
+    chosen: list[tuple[float, _Line]],
+    subject: str | None = None,
+) -> str:
+    """Opening line, then the most direct line first; steps as a numbered block, in order."""
+    if not chosen:
+        return _FOUND[language]
+    first_score, first = chosen[0]
+    rest = sorted(
+        chosen[1:], key=lambda item: (item[1].rank, item[1].passage.position, item[1].order)
+    )
+    ordered = [first] + [line for _, line in rest]
+    # Steps of one procedure stay together and in their own order.
+    blocks: dict[tuple[int, int], list[_Line]] = {}  # by (passage identity, block)
+    for line in ordered:
+        if line.step is not None:
+            blocks.setdefault((id(line.passage), line.block), []).append(line)
+    body: list[str] = []
+    done: set[tuple[int, int]] = set()
+    for line in ordered:
+        if line.step is not None:
+            key = (id(line.passage), line.block)
+            if key in done:
+                continue
+            done.add(key)
+            for step in sorted(blocks[key], key=lambda s: s.order):
+                body.append(f"{step.step}. {step.text} [{step.passage.number}]")
+            continue
+        body.append(f"{line.text} [{line.passage.number}]")
+    opener = opening_line(question, language, kind, first.passage.title, subject=subject)
+    if len(body) == 1:
+        return f"{opener}\n\n{body[0]}"
+    lines = [b if re.match(r"^\d{1,2}\. ", b) else f"- {b}" for b in body]
+    return f"{opener}\n\n" + "\n".join(lines)

@@ -63,6 +63,37 @@ def passages_from_hits(hits: Sequence[MergedHit]) -> list[Passage]:
     ]
 
 
+def context_passages(
+    shown: Sequence[MergedHit], merged: Sequence[MergedHit], *, per_document: int = 6
+) -> list[Passage]:
+    """The shown passages, then other found chunks of the same documents (extractive use).
+
+    Search shows at most two chunks of a document; the section that holds the answer may be
+    a third. Those chunks carry the number of their document's first card, so a line taken
+    from one cites a source the user can open (the document page has every section).
+    """
+    out = passages_from_hits(shown)
+    card: dict[int, int] = {}
+    taken: dict[int, int] = {}
+    for number, item in enumerate(shown, start=1):
+        card.setdefault(item.hit.document_id, number)
+        taken[item.hit.document_id] = taken.get(item.hit.document_id, 0) + 1
+    seen = {item.hit.chunk_id for item in shown}
+    for item in merged:
+        hit = item.hit
+        card_number = card.get(hit.document_id)
+        if card_number is None or hit.chunk_id in seen or taken[hit.document_id] >= per_document:
+            continue
+        seen.add(hit.chunk_id)
+        taken[hit.document_id] += 1
+        out.append(
+            Passage(
+                card_number, hit.title, hit.heading, hit.text, str(hit.document_id), hit.position
+            )
+        )
+    return out
+
+
 def answer_language(question: str, fallback: str = "pt") -> str:
     """The language to answer in: the question's own, else the fallback."""
     return detect_language(question) or fallback

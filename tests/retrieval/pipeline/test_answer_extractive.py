@@ -1,0 +1,168 @@
+"""The extractive answer: chosen for the question, one document, steps kept, own opening."""
+
+from __future__ import annotations
+
+from retrieval.pipeline.answer import Passage, extractive_answer
+from retrieval.pipeline.answer.extractive import answer_kind
+from retrieval.pipeline.types import RewriteResult, SearchQuery
+
+HOTEL = Passage(
+    1,
+    "Reembolso de despesas de viagem",
+    "Prazos",
+    "Pedidos aprovados até o dia 20 são pagos junto com o salário do mês. "
+    "Lance a despesa de hotel no Lumen Despesas em até 30 dias corridos da data do gasto. "
+    "Guarde os comprovantes originais por cinco anos.",
+    document="reembolso",
+)
+RESIGNATION = Passage(
+    2,
+    "Pedido de demissão",
+    "Aviso prévio",
+    "Informe na solicitação se pretende cumprir o aviso ou pedir dispensa. "
+    "O aviso prévio é de 30 dias.",
+    document="demissao",
+)
+
+
+def _answer(question: str, *passages: Passage, **kwargs: object) -> str:
+    return extractive_answer(
+        question=question,
+        queries=[],
+        passages=list(passages),
+        language=str(kwargs.pop("language", "pt")),
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_deadline_question_picks_the_deadline_sentence_first() -> None:
+    text = _answer("qnto tempo tenho pra pedir reembolso de hotel", HOTEL, RESIGNATION)
+    body = text.split("\n\n", 1)[1]
+    assert body.startswith("- Lance a despesa de hotel") or body.startswith("Lance a despesa")
+    assert "em até 30 dias corridos" in body
+    assert "cumprir o aviso" not in text  # the resignation page is not mixed in
+
+
+def test_amount_question_picks_the_amount() -> None:
+    passage = Passage(
+        1,
+        "Vale-refeição para estagiários",
+        "Valor",
+        "Os estagiários recebem vale-refeição como parte do programa de estágio. "
+        "O valor é de R$ 32,00 por dia útil de estágio. "
+        "O crédito é feito no cartão no penúltimo dia útil do mês anterior.",
+        document="vr-estagio",
+    )
+    text = _answer("estagiário recebe VR? qnto por dia", passage)
+    assert text.split("\n\n", 1)[1].lstrip("- ").startswith("O valor é de R$ 32,00")
+
+
+def test_numbered_steps_stay_together_with_their_numbers() -> None:
+    passage = Passage(
+        1,
+        "Reembolso para prestadores",
+        "Como cobrar",
+        "O prestador cobra as despesas por documento fiscal:\n\n"
+        "1. Reúna os comprovantes originais.\n"
+        "2. Emita uma nota de débito separada com a lista de comprovantes.\n"
+        "3. Envie a nota e os comprovantes para fornecedores@lumen.example.",
+        document="pj",
+    )
+    text = _answer("como cobro o reembolso? precisa nota de débito?", passage)
+    lines = [line for line in text.splitlines() if line[:2] in {"1.", "2.", "3."}]
+    assert [line[:2] for line in lines] == ["1.", "2.", "3."]
+    assert all(line.endswith("[1]") for line in lines)
+
+
+def test_a_sibling_document_is_not_mixed_in() -> None:
+    dental = Passage(
+        1,
+        "Plano odontológico",
+        "Adesão",
+        "A adesão ao plano odontológico é feita no portal, em Benefícios > Odontológico, "
+        "a qualquer momento.",
+        document="odonto",
+    )
+    health_leaving = Passage(
+        2,
+        "Plano de saúde após o desligamento",
+        "Manutenção",
+        "Quem sai da empresa pode manter o plano de saúde por até 24 meses, pagando a "
+        "mensalidade integral.",
+        document="saude-desligamento",
+    )
+    text = _answer("quero entrar no plano odontológico, como faz?", dental, health_leaving)
+    assert "Benefícios > Odontológico" in text
+    assert "24 meses" not in text
+
+
+def test_two_questions_are_answered_from_their_own_documents() -> None:
+    creche = Passage(
+        2,
+        "Auxílio-creche",
+        "Como pedir",
+        "Envie o recibo ou nota fiscal da creche pelo portal até o dia 10 de cada mês.",
+        document="creche",
+    )
+    meal = Passage(
+        1,
+        "Vale-refeição",
+        "Valor",
+        "O vale-refeição tem valor de R$ 42,00 por dia útil trabalhado.",
+        document="vr",
+    )
+    rewrite = RewriteResult(
+        queries=[
+            SearchQuery("qual o valor do vale-refeição", "decompose"),
+            SearchQuery("como eu peço o auxílio-creche", "decompose"),
+        ],
+        backend="rules",
+    )
+    text = _answer(
+        "qual o valor do vale-refeição e como eu peço o auxílio-creche?",
+        meal,
+        creche,
+        rewrite=rewrite,
+    )
+    assert "R$ 42,00 por dia útil" in text
+    assert "até o dia 10" in text
+
+
+def test_opening_line_replies_in_the_turn_language_without_the_badge_label() -> None:
+    passage = Passage(
+        1,
+        "Baja voluntaria y preaviso",
+        "Plazo de preaviso",
+        "La dimisión exige un preaviso de 15 días naturales para la mayoría de puestos.",
+        document="baja",
+    )
+    text = _answer("cuánto tiempo de preaviso tengo que dar", passage, language="es")
+    opening = text.splitlines()[0]
+    assert opening.startswith("Sobre el plazo")
+    assert opening.endswith(":")
+    assert "extractiva" not in text.lower()
+    english = _answer(
+        "how long is the notice period?",
+        Passage(1, "Notice", "", "The notice period is 30 days for everyone.", "n"),
+        language="en",
+    )
+    assert english.startswith("On the deadline")
+    assert "Extractive answer" not in english
+
+
+def test_citations_point_at_the_card_of_the_passage() -> None:
+    text = _answer("qnto tempo tenho pra pedir reembolso de hotel", HOTEL)
+    assert text.rstrip().endswith("[1]")
+
+
+def test_no_passages_says_nothing_was_found() -> None:
+    assert "Não encontrei" in _answer("qualquer coisa")
+
+
+def test_answer_kinds_in_three_languages() -> None:
+    assert answer_kind("até quando posso pedir?") == "duration"
+    assert answer_kind("qual o valor do auxílio?") == "amount"
+    assert answer_kind("quanto tempo leva?") == "duration"
+    assert answer_kind("¿cómo lo solicito?") == "steps"
+    assert answer_kind("can I keep the health plan?") == "condition"
+    assert answer_kind("vale-refeição") is None
