@@ -125,7 +125,7 @@ class Feedback(models.Model):
 
 
 class StaffAccessLog(models.Model):
-    """One staff member opening one conversation's data (who, what, which view, when).
+    """One staff member opening a conversation's data or a review list (who, what, when).
 
     The conversation may be purged later; the record of the access stays, with its id.
     """
@@ -137,7 +137,8 @@ class StaffAccessLog(models.Model):
     conversation = models.ForeignKey(
         Conversation, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    conversation_ref = models.BigIntegerField()
+    # None: a list page (its filters and search are in `path`), not one conversation.
+    conversation_ref = models.BigIntegerField(null=True, blank=True)
     view = models.CharField(max_length=100)
     path = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)

@@ -36,6 +36,7 @@ from conversations.review.selectors import (
 )
 from conversations.review.services import (
     staff_access_record,
+    staff_list_access_record,
     traces_mark_open,
     traces_mark_reviewed,
     turn_retry,
@@ -64,6 +65,50 @@ def _record_access(request: HttpRequest, conversation: Conversation, view: str) 
     )
 
 
+# Lookups a list filter may generate. Pattern and range lookups on text (`title__regex=`,
+# `reason__startswith=`, `title__gt=`) would let staff read raw text one character a time.
+_FILTER_LOOKUPS = {"exact", "iexact", "in", "isnull", "gte", "gt", "lte", "lt", "id", "pk"}
+
+
+def can_review(request: HttpRequest) -> bool:
+    """Whether this staff member may change review state (view rights only read it)."""
+    return bool(request.user.has_perm("conversations.change_turntrace"))
+
+
+class ReviewListMixin:
+    """What every review list shares: filters only through its own list filters (never a
+    free lookup on a raw text field), and each list page recorded in the access log."""
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
+        # A filter class's own parameter ("review", "reason") is read by the class, not the ORM.
+        admin_: Any = self  # a ModelAdmin: list_filter and date_hierarchy are its own
+        if lookup in {getattr(f, "parameter_name", None) for f in admin_.list_filter}:
+            return True
+        fields = {
+            f if isinstance(f, str) else f[0] for f in admin_.list_filter if not isinstance(f, type)
+        }
+        if admin_.date_hierarchy:
+            fields.add(admin_.date_hierarchy)
+        parts = lookup.split("__")
+        for field in fields:
+            prefix = field.split("__")
+            if parts[: len(prefix)] == prefix and set(parts[len(prefix) :]) <= _FILTER_LOOKUPS:
+                return True
+        return False
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        response: HttpResponse = super().changelist_view(request, extra_context)  # type: ignore[misc]
+        if response.status_code == 200 and isinstance(request.user, User):
+            staff_list_access_record(
+                user=request.user,
+                view=f"{self.opts.verbose_name_plural} list",  # type: ignore[attr-defined]
+                path=request.get_full_path(),
+            )
+        return response
+
+
 def _conversation_link(conversation_id: int, label: object = None) -> str:
     url = reverse("admin:conversations_conversation_change", args=[conversation_id])
     return format_html('<a href="{}">{}</a>', url, label if label is not None else conversation_id)
@@ -84,7 +129,7 @@ def _trace_flags(trace: TurnTrace) -> list[str]:
 
 
 @admin.register(Conversation)
-class ConversationAdmin(NoAddOrChangeMixin, ObjectContextAdmin[Conversation]):
+class ConversationAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[Conversation]):
     """The conversation list with review filters; a conversation's page is its timeline.
 
     Staff read conversations; only their owners write them.
@@ -194,7 +239,7 @@ class MarkDocumentsForm(forms.Form):
 
 
 @admin.register(TurnTrace)
-class TurnTraceAdmin(NoAddOrChangeMixin, ObjectContextAdmin[TurnTrace]):
+class TurnTraceAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[TurnTrace]):
     """Every turn; a turn's page shows its whole trace, with retry and marking tools."""
 
     list_display = [
@@ -368,7 +413,7 @@ class TurnTraceAdmin(NoAddOrChangeMixin, ObjectContextAdmin[TurnTrace]):
         if request.method != "POST":
             return HttpResponse(status=405, headers={"Allow": "POST"})
         trace = self._trace(request, trace_id)
-        if not self.has_view_permission(request, trace):
+        if not can_review(request):
             raise PermissionDenied
         traces = TurnTrace.objects.filter(pk=trace.pk)
         if request.POST.get("open"):
@@ -396,7 +441,7 @@ class AttentionChangeList(ChangeList):
 
 
 @admin.register(AttentionTurn)
-class AttentionTurnAdmin(NoAddOrChangeMixin, admin.ModelAdmin[AttentionTurn]):
+class AttentionTurnAdmin(ReviewListMixin, NoAddOrChangeMixin, admin.ModelAdmin[AttentionTurn]):
     """Turns with no or weak results, a thumbs down or an anomaly, with what to do next."""
 
     list_display = ["when", "conversation", "owner", "question", "reasons", "next_steps"]
@@ -474,12 +519,19 @@ class AttentionTurnAdmin(NoAddOrChangeMixin, admin.ModelAdmin[AttentionTurn]):
         )
         return format_html("<br>".join(["{}"] * len(links)), *links)
 
-    @admin.action(description=gettext_lazy("Mark selected turns as reviewed"))
+    def has_review_permission(self, request: HttpRequest) -> bool:
+        return can_review(request)
+
+    @admin.action(
+        description=gettext_lazy("Mark selected turns as reviewed"), permissions=["review"]
+    )
     def mark_reviewed(self, request: HttpRequest, queryset: QuerySet[AttentionTurn]) -> None:
         count = traces_mark_reviewed(traces=queryset, user=_staff(request))
         self.message_user(request, _("%(count)d turns marked as reviewed.") % {"count": count})
 
-    @admin.action(description=gettext_lazy("Put selected turns back on the panel"))
+    @admin.action(
+        description=gettext_lazy("Put selected turns back on the panel"), permissions=["review"]
+    )
     def mark_open(self, request: HttpRequest, queryset: QuerySet[AttentionTurn]) -> None:
         count = traces_mark_open(traces=queryset)
         self.message_user(request, _("%(count)d turns reopened.") % {"count": count})
@@ -506,7 +558,7 @@ class AttentionTurnAdmin(NoAddOrChangeMixin, admin.ModelAdmin[AttentionTurn]):
 
 
 @admin.register(Feedback)
-class FeedbackAdmin(NoAddOrChangeMixin, admin.ModelAdmin[Feedback]):
+class FeedbackAdmin(ReviewListMixin, NoAddOrChangeMixin, admin.ModelAdmin[Feedback]):
     list_display = ["id", "conversation", "user", "value", "safe_reason", "created_at"]
     list_filter = ["value", "created_at"]
     fields = ("user", "value", "created_at")
@@ -537,6 +589,8 @@ class StaffAccessLogAdmin(NoAddOrChangeMixin, admin.ModelAdmin[StaffAccessLog]):
 
     @admin.display(description=gettext_lazy("conversation"))
     def conversation_link(self, obj: StaffAccessLog) -> str:
+        if obj.conversation_ref is None:
+            return "–"
         if obj.conversation_id is None:
             return _("%(id)s (deleted)") % {"id": obj.conversation_ref}
         return _conversation_link(obj.conversation_ref)

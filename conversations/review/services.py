@@ -32,6 +32,13 @@ def staff_access_record(
     )
 
 
+def staff_list_access_record(*, user: User, view: str, path: str) -> StaffAccessLog:
+    """Record that a staff member opened a review list (its filters and search in `path`)."""
+    return StaffAccessLog.objects.create(
+        user=user, username=user.get_username(), view=view[:100], path=path[:500]
+    )
+
+
 def traces_mark_reviewed(*, traces: QuerySet[Any], user: User) -> int:
     """Take turns off the "needs attention" panel."""
     return int(

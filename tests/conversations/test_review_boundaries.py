@@ -1,0 +1,121 @@
+"""Staff review pages cannot be used to read raw data or change state without the right
+(issue 14, findings 2 and 7).
+
+The attacks: a staff user with view rights ran `/admin/conversations/conversation/?title__regex=…`
+one character at a time and extracted a CPF from a conversation title in 100 requests (the
+same on `feedback/?reason__regex=…`), unlogged; and marked turns reviewed or reopened them
+with view rights only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from conversations.models import Conversation, Feedback, StaffAccessLog, TurnTrace
+from tests.conversations.test_review import CPF, make_turn
+
+pytestmark = pytest.mark.django_db
+
+CHANGELISTS = {
+    "conversation": "/admin/conversations/conversation/",
+    "feedback": "/admin/conversations/feedback/",
+    "turntrace": "/admin/conversations/turntrace/",
+    "attentionturn": "/admin/conversations/attentionturn/",
+}
+
+
+@pytest.fixture
+def viewer(db: None) -> User:
+    """Staff with view rights on every review model, and nothing else."""
+    user = User.objects.create_user("vera", password="pw-vera-123", is_staff=True)
+    codenames = ["view_conversation", "view_turntrace", "view_attentionturn", "view_feedback"]
+    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
+    return user
+
+
+@pytest.fixture
+def leaky(personas: dict[str, Any]) -> Conversation:
+    """A conversation whose raw title and feedback reason hold a CPF."""
+    turn = make_turn(personas["ana"], f"meu CPF é {CPF}, e o VR?", thumbs=-1)
+    Conversation.objects.filter(pk=turn.conversation.pk).update(title=f"CPF {CPF}")
+    Feedback.objects.filter(message__conversation=turn.conversation).update(
+        reason=f"errou meu CPF {CPF}"
+    )
+    return turn.conversation
+
+
+def _client(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize(
+    ("page", "lookup"),
+    [
+        ("conversation", "title__regex"),
+        ("conversation", "title__startswith"),
+        ("conversation", "title__gt"),
+        ("conversation", "messages__text__regex"),
+        ("feedback", "reason__regex"),
+        ("feedback", "reason__icontains"),
+        ("turntrace", "message__text__regex"),
+        ("attentionturn", "masked_window__icontains"),
+    ],
+)
+def test_free_lookups_on_raw_text_are_refused(
+    viewer: User, leaky: Conversation, page: str, lookup: str
+) -> None:
+    client = _client(viewer)
+    # The attack's first probe: a prefix that matches the CPF's first digit.
+    response = client.get(CHANGELISTS[page], {lookup: "5" if "regex" not in lookup else "^CPF 5"})
+    assert response.status_code == 400
+    assert CPF not in response.content.decode()
+
+
+def test_the_list_filters_still_work_and_each_list_page_is_logged(
+    viewer: User, leaky: Conversation
+) -> None:
+    client = _client(viewer)
+    for page, url in CHANGELISTS.items():
+        response = client.get(url, {"created_at__gte": "2000-01-01 00:00:00+00:00"})
+        assert response.status_code == 200, page
+        assert CPF not in response.content.decode()
+    logged = list(StaffAccessLog.objects.filter(username="vera").values_list("view", "path"))
+    assert len(logged) == len(CHANGELISTS)
+    assert all("created_at__gte=2000-01-01" in path for _, path in logged)
+
+
+def test_view_only_staff_cannot_mark_turns_reviewed_or_reopen_them(
+    viewer: User, leaky: Conversation
+) -> None:
+    client = _client(viewer)
+    trace = TurnTrace.objects.get(message__conversation=leaky)
+    url = f"/admin/conversations/turntrace/{trace.pk}/reviewed/"
+    assert client.post(url).status_code == 403
+    assert client.post(url, {"open": "1"}).status_code == 403
+    # Nor through the panel's bulk actions: they are not offered, and a forged post does nothing.
+    panel = CHANGELISTS["attentionturn"]
+    assert "mark_reviewed" not in client.get(panel).content.decode()
+    client.post(panel + "?review=all", {"action": "mark_reviewed", "_selected_action": [trace.pk]})
+    trace.refresh_from_db()
+    assert trace.reviewed_at is None
+
+
+def test_staff_with_the_change_permission_can_review(viewer: User, leaky: Conversation) -> None:
+    viewer.user_permissions.add(Permission.objects.get(codename="change_turntrace"))
+    client = _client(viewer)
+    trace = TurnTrace.objects.get(message__conversation=leaky)
+    assert client.post(f"/admin/conversations/turntrace/{trace.pk}/reviewed/").status_code == 302
+    trace.refresh_from_db()
+    assert trace.reviewed_at is not None
+    client.post(
+        CHANGELISTS["attentionturn"] + "?review=reviewed",
+        {"action": "mark_open", "_selected_action": [trace.pk]},
+    )
+    trace.refresh_from_db()
+    assert trace.reviewed_at is None
