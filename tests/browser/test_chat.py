@@ -92,9 +92,15 @@ def test_vr_home_shows_trace_sources_and_an_extractive_answer(page: Page, live_u
     cards = turn.locator(".source-card")
     assert cards.count() >= 1
     expect(cards.first.locator(".source-n")).to_have_text("1")
-    expect(turn.locator('[data-slot="extractive"]')).to_be_visible()
+    # The "no model" label is the badge, with how to connect one; the answer replies.
+    badge = turn.locator('[data-slot="extractive"]')
+    expect(badge).to_be_visible()
+    expect(badge).to_contain_text("Resposta extrativa")
+    expect(badge).to_contain_text("CHATRAG_LLM_BACKEND")
     answer = turn.locator('[data-slot="answer"]')
-    expect(answer).to_contain_text("Resposta extrativa")
+    expect(answer).to_contain_text("Sobre")
+    expect(answer).not_to_contain_text("Resposta extrativa")
+    turn.screenshot(path=str(SCREENSHOTS / "extractive-answer.png"))
     citation = answer.locator("a.cite").first
     expect(citation).to_be_visible()
     target = citation.get_attribute("href")
