@@ -100,7 +100,8 @@ def test_vr_home_shows_trace_sources_and_an_extractive_answer(page: Page, live_u
     answer = turn.locator('[data-slot="answer"]')
     expect(answer).to_contain_text("Sobre")
     expect(answer).not_to_contain_text("Resposta extrativa")
-    turn.screenshot(path=str(SCREENSHOTS / "extractive-answer.png"))
+    badge.scroll_into_view_if_needed()
+    shot(page, "02-extractive-answer")
     citation = answer.locator("a.cite").first
     expect(citation).to_be_visible()
     target = citation.get_attribute("href")
