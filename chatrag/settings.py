@@ -163,6 +163,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "conversations.purge_expired",
         "schedule": 6 * 60 * 60,  # seconds; the purge is cheap and idempotent
     },
+    # The Postgres channel layer's expired messages hold questions and answers as sent.
+    "purge-channel-layer-messages": {
+        "task": "conversations.purge_layer_messages",
+        "schedule": 60,
+    },
 }
 
 # --- Auth, i18n, static ----------------------------------------------------------------------

@@ -7,6 +7,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
+from chatrag.layers import expired_messages_delete
 from conversations.review.services import conversations_purge_expired
 
 logger = logging.getLogger(__name__)
@@ -19,3 +20,9 @@ def purge_expired() -> int:
     if count:
         logger.info("retention: deleted %d conversations", count)
     return count
+
+
+@shared_task(name="conversations.purge_layer_messages")
+def purge_layer_messages() -> int:
+    """Delete the Postgres channel layer's expired messages (run by Celery beat)."""
+    return expired_messages_delete()

@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from conversations.forms import FeedbackForm, RenameForm
 from conversations.models import Conversation, Message
@@ -74,8 +74,10 @@ def _safe_referer(request: HttpRequest) -> str:
 def _page_context(
     request: AuthenticatedHttpRequest, current: Conversation | None
 ) -> dict[str, Any]:
+    # The search is posted, never in the URL: a query string lands in the web server's and
+    # proxies' logs, and people search for CPFs and names. A GET ?q= is ignored.
     # Printable text only: a NUL would reach PostgreSQL (which refuses it) through icontains.
-    raw = request.GET.get("q", "")[:400]
+    raw = request.POST.get("q", "")[:400] if request.method == "POST" else ""
     search = "".join(ch for ch in raw if ch.isprintable()).strip()[:200]
     sidebar = list(conversation_list(user=request.user, search=search)[:SIDEBAR_LIMIT])
     return {
@@ -101,7 +103,7 @@ def _page_context(
 # --- pages ------------------------------------------------------------------------------------
 
 
-@require_GET
+@require_http_methods(["GET", "HEAD", "POST"])  # POST: the sidebar search, nothing written
 @login_required
 @never_cache
 def chat(request: AuthenticatedHttpRequest) -> HttpResponse:
@@ -111,7 +113,7 @@ def chat(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "conversations/chat.html", context)
 
 
-@require_GET
+@require_http_methods(["GET", "HEAD", "POST"])  # POST: the sidebar search, nothing written
 @login_required
 @never_cache
 def conversation(request: AuthenticatedHttpRequest, conversation_id: int) -> HttpResponse:

@@ -183,7 +183,7 @@ def test_hostile_stored_content_renders_as_text(personas: dict[str, User]) -> No
 def test_hostile_search_query_is_echoed_as_text(personas: dict[str, User]) -> None:
     client = Client()
     client.force_login(personas["ana"])
-    html = client.get(reverse("chat"), {"q": f'"><svg onload=alert(1)>{SCRIPT}'}).content.decode()
+    html = client.post(reverse("chat"), {"q": f'"><svg onload=alert(1)>{SCRIPT}'}).content.decode()
     assert_no_live_markup(html)
     assert "<svg onload" not in html
 
@@ -201,9 +201,9 @@ def test_nul_control_and_huge_form_input_never_breaks_a_page(personas: dict[str,
     huge = "x" * 100_000
     rename = reverse("conversation_rename", args=[conversation.id])
     requests: list[tuple[str, str, dict[str, str]]] = [
-        ("get", reverse("chat"), {"q": "\x00"}),
-        ("get", reverse("chat"), {"q": "a\x00b\x1b" + huge}),
-        ("get", reverse("conversation", args=[conversation.id]), {"q": "%\x00_"}),
+        ("post", reverse("chat"), {"q": "\x00"}),
+        ("post", reverse("chat"), {"q": "a\x00b\x1b" + huge}),
+        ("post", reverse("conversation", args=[conversation.id]), {"q": "%\x00_"}),
         ("post", rename, {"title": "\x00"}),
         ("post", rename, {"title": huge}),
         ("post", rename, {"title": "\x00", "next": "javascript:alert(1)"}),

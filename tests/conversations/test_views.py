@@ -146,13 +146,13 @@ def test_sidebar_search_filters_by_title_and_content(
     make_turn(personas["ana"], "Sobre reembolso de táxi")
     make_turn(personas["rita"], "Férias da Rita")
     as_user(client, personas["ana"])
-    html = client.get(reverse("chat"), {"q": "férias"}).content.decode()
+    html = client.post(reverse("chat"), {"q": "férias"}).content.decode()
     conv_list = html.split('id="conv-list"')[1].split("</ul>")[0]
     assert "Sobre férias" in conv_list
     assert "reembolso" not in conv_list and "Rita" not in conv_list
-    by_content = client.get(reverse("chat"), {"q": "corridos"}).content.decode()
+    by_content = client.post(reverse("chat"), {"q": "corridos"}).content.decode()
     assert f'data-conversation-id="{conversation.id}"' in by_content
-    nothing = client.get(reverse("chat"), {"q": "inexistente"}).content.decode()
+    nothing = client.post(reverse("chat"), {"q": "inexistente"}).content.decode()
     assert 'class="conv-empty" id="conv-empty">' in nothing
 
 
