@@ -30,6 +30,8 @@ CONFIDENT_RANK = 3
 # How deep in the topic probe's documents the turn's best document may appear and still be
 # part of the conversation.
 NEIGHBOURHOOD = 5
+# Rare words of its own, unseen in the conversation, that make a turn name a new topic.
+NEW_TERMS = 3
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ def choose_reading(
     queries: Sequence[SearchQuery],
     results: Sequence[Sequence[Hit]],
     topic_hits: Sequence[Hit] | None,
+    new_terms: Sequence[str] = (),
 ) -> ReadingDecision:
     """Keep one of a follow-up's two readings (and drop the other) from search evidence."""
     everything = tuple(range(len(queries)))
@@ -75,15 +78,15 @@ def choose_reading(
     alone = _documents(results[standalone])
     together = _documents(results[contextual])
     around = _documents(topic_hits or [])[:NEIGHBOURHOOD]
-    if (
-        _confident(results[standalone])
-        and together[:1] == alone[:1]
-        and alone[0] not in around
-    ):
+    # The topic-aware search agreeing on the turn's own best document, or the turn naming
+    # things the conversation never did, says the topic's words only add noise.
+    agrees = together[:1] == alone[:1] or len(new_terms) >= NEW_TERMS
+    if _confident(results[standalone]) and agrees and alone[0] not in around:
         keep = tuple(i for i in everything if i != contextual)
+        why = "both readings agree on it" if together[:1] == alone[:1] else "new words"
         reason = (
             f"new topic: the turn alone finds '{alone[0]}' confidently, outside the "
-            "conversation's documents"
+            f"conversation's documents ({why}: {', '.join(new_terms) or '-'})"
         )
         return ReadingDecision(keep, "standalone", reason)
     keep = tuple(sorted((contextual, *others)))

@@ -120,6 +120,9 @@ class RewriteResult:
     # The conversation's topic as carried words ("reembolso de despesas"): searched alone as
     # evidence of where the conversation is, never shown as a source.
     topic: str | None = None
+    # Rare words (or glossary terms) of the turn that no earlier message has: a turn that
+    # names something new may be a new topic.
+    new_terms: tuple[str, ...] = ()
     # What the search evidence decided between the readings, and why.
     decision: str | None = None
     # The user's own words as they may be searched: no placeholders, amounts or names.

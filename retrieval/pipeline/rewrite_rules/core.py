@@ -20,6 +20,7 @@ from retrieval.pipeline.rewrite_rules.context import (
 from retrieval.pipeline.rewrite_rules.cues import is_hypothetical
 from retrieval.pipeline.rewrite_rules.lexicon import (
     COMMON,
+    STRONG,
     Stats,
     correct_spelling,
     word_parts,
@@ -249,7 +250,9 @@ _NUMBER_VALUE_RE = re.compile(r"^\d{1,3}(?:\.\d{3})+(?:,\d+)?(?:-\d)?$")
 _SPACES_RE = re.compile(r"\s+([,.;:?!])|\s{2,}")
 
 
-def clean_query(text: str, stats: Stats, protected: frozenset[str]) -> str:
+def clean_query(
+    text: str, stats: Stats, protected: frozenset[str], stopwords: frozenset[str]
+) -> str:
     """Drop what must never be searched: placeholders, amounts and unknown names.
 
     A capitalised word the corpus does not know and that is no place ("Mariana", "Kuhn")
@@ -257,16 +260,20 @@ def clean_query(text: str, stats: Stats, protected: frozenset[str]) -> str:
     """
     pieces: list[str] = []
     cursor = 0
-    for i, token in enumerate(token_spans(text)):
+    for token in token_spans(text):
         surface = token.text
+        sentence_start = not text[: token.start].strip() or text[: token.start].rstrip()[
+            -1
+        ] in ".?!:;¿¡"
         name = (
             stats.available
             and surface[:1].isupper()
             and not surface.isupper()
+            and not sentence_start
+            and token.norm not in stopwords
             and token.norm not in protected
             and stats.nidf(token.norm) is None
             and slot_of(token.norm) is None
-            and (i > 0 or not token.norm.isalpha() or len(surface) > 1)
         )
         drop = is_placeholder(surface) or bool(_NUMBER_VALUE_RE.match(surface)) or name
         if drop:
@@ -332,7 +339,7 @@ def _add_query(
     seen: set[str],
     reading: Reading | None = None,
 ) -> None:
-    text = clean_query(text, ctx.stats, ctx.protected)
+    text = clean_query(text, ctx.stats, ctx.protected, ctx.stopwords)
     hits = _glossary_senses(ctx, text)
     question_terms = {h.term for h in find_glossary_hits(ctx.inp.question, ctx.inp.glossary)}
     expanded = expand_with_glossary(text, hits)
@@ -432,7 +439,13 @@ def _add_readings(
         ctx.result.notes.append(
             f"may follow up on '{plan.phrase}': searched with and without it"
         )
-    ctx.result.topic = clean_query(ctx.topic, ctx.stats, ctx.protected) or None
+    ctx.result.topic = clean_query(ctx.topic, ctx.stats, ctx.protected, ctx.stopwords) or None
+    ctx.result.new_terms = tuple(
+        w
+        for w in dict.fromkeys(part.terms)
+        if ctx.mentions.get(w, 0) <= 1
+        and (w in ctx.protected or ctx.stats.weight(w) >= STRONG)
+    )
     _add_query(ctx, contextual, "expand", seen, reading="contextual")
     _add_query(ctx, standalone, "normalize", seen, reading="standalone")
 
@@ -479,6 +492,6 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
             _add_query(ctx, swap, "multi_query", seen)
     if len(parts) > 1:
         result.notes.append(f"split into {len(parts)} questions")
-    result.safe_original = clean_query(inp.question, ctx.stats, ctx.protected)
+    result.safe_original = clean_query(inp.question, ctx.stats, ctx.protected, ctx.stopwords)
     result.queries = result.queries[: max(0, inp.max_queries)]
     return result
