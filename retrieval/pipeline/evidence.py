@@ -97,3 +97,53 @@ def choose_reading(
     else:
         reason = "follow-up: the turn alone finds nothing confidently"
     return ReadingDecision(keep, "contextual", reason)
+
+
+# A short question's words, beyond facets such as "prazo" or "valor", that may still leave
+# it ambiguous ("quero entrar no plano, como faz?").
+SHORT_QUESTION_TERMS = 3
+# How many of the best documents a clarification weighs, and offers at most.
+CLARIFY_DEPTH = 3
+MAX_OPTIONS = 4
+_STEM = 5  # title and question words compared by their first letters ("licença"/"licenças")
+
+
+def _stems(words: Sequence[str]) -> frozenset[str]:
+    return frozenset(w[:_STEM] for w in words if len(w) > 2)
+
+
+def ambiguous_documents(
+    question_terms: Sequence[str],
+    titles: Sequence[tuple[str, Sequence[str]]],
+) -> list[str]:
+    """Return the titles a short question cannot choose between, or [] when it can.
+
+    `titles` are the best documents' (title, title words), best first. The readings split
+    across sibling documents when none of the question's words tells the best documents'
+    titles apart: "quanto tempo de licença eu tenho?" matches "licença" in both the
+    maternity and the paternity page; "licença paternidade, quantos dias?" matches one.
+    """
+    if not question_terms or len(titles) < 2:
+        return []
+    asked = _stems(question_terms)
+    matched = [asked & _stems(words) for _, words in titles[:CLARIFY_DEPTH]]
+    if any(m - matched[0] for m in matched[1:]):
+        return []  # a word of the question names one of the others more than the best one
+    same = [titles[i][0] for i, m in enumerate(matched) if m == matched[0]]
+    distinct = list(dict.fromkeys(same))
+    return distinct[:MAX_OPTIONS] if len(distinct) >= 2 else []
+
+
+_ASK: dict[str, tuple[str, str]] = {
+    "pt": ("Você quer saber sobre {}?", " ou "),
+    "es": ("¿Quiere saber sobre {}?", " o "),
+    "en": ("Do you mean {}?", " or "),
+}
+
+
+def clarification_question(options: Sequence[str], language: str | None) -> str:
+    """Ask which reading is meant, naming the options: "Você quer saber sobre X, Y ou Z?"."""
+    template, last = _ASK.get(language or "pt", _ASK["pt"])
+    names = list(options)
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + last + names[-1]
+    return template.format(listed)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from .dictionary import known_words
-from .evidence import choose_reading
+from .evidence import ambiguous_documents, choose_reading, clarification_question
 from .fusion import FusionStrategy, Hit, MergedHit, cut_passages, merge_results
 from .glossary import find_glossary_hits
 from .llm import ChatModel
@@ -23,8 +23,15 @@ from .masking import Masker, MaskingConfig
 from .rewrite_llm import rewrite_with_llm
 from .rewrite_rules import lexicon_words, rewrite_with_rules
 from .search import Scope, SearchEngine, SearchParams, SearchRequest
-from .text import normalize
-from .types import HistoryMessage, LexiconView, RewriteInput, RewriteResult, SearchQuery
+from .text import content_terms, normalize
+from .types import (
+    Clarification,
+    HistoryMessage,
+    LexiconView,
+    RewriteInput,
+    RewriteResult,
+    SearchQuery,
+)
 
 RewriteMode = Literal["none", "last-turn", "rules", "llm"]
 REWRITE_MODES: tuple[RewriteMode, ...] = ("none", "last-turn", "rules", "llm")
@@ -149,6 +156,40 @@ def search_queries(
     return [*queries, SearchQuery(original, "original", weight=weights.get("original", 0.5))]
 
 
+def _clarify_from_evidence(
+    rewrite: RewriteResult, merged: Sequence[MergedHit], language: str | None
+) -> None:
+    """Ask back, naming the sibling documents, when a short question's readings split.
+
+    A clarification the words already asked for ("e isso?" with nothing before it) gets
+    the best documents' titles as its options too.
+    """
+    titles: list[tuple[str, list[str]]] = []
+    for item in merged:
+        title = item.hit.title.strip()
+        if title and title not in (t for t, _ in titles):
+            words = [part for term in content_terms(title) for part in term.split("-")]
+            titles.append((title, words))
+        if len(titles) >= 4:
+            break
+    if rewrite.needs_clarification and rewrite.clarification is not None:
+        if not rewrite.clarification.options and titles:
+            options = [t for t, _ in titles[:3]]
+            rewrite.clarification = Clarification(
+                clarification_question(options, language), tuple(options)
+            )
+        return
+    options = ambiguous_documents(rewrite.clarify_terms, titles)
+    if options:
+        rewrite.needs_clarification = True
+        rewrite.clarification = Clarification(
+            clarification_question(options, language), tuple(options)
+        )
+        rewrite.notes.append(
+            "evidence: the question's readings split across " + "; ".join(options)
+        )
+
+
 def _decide_reading(
     rewrite: RewriteResult,
     queries: list[SearchQuery],
@@ -251,6 +292,7 @@ async def retrieve(
     passages = cut_passages(
         merged, limit=settings.passages, max_per_document=settings.max_per_document
     )
+    _clarify_from_evidence(rewrite, merged, language)
     timings["merge"] = _ms(t)
     return RetrievalOutcome(
         masked_question=masked_question,

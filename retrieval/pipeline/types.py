@@ -123,6 +123,10 @@ class RewriteResult:
     # Rare words (or glossary terms) of the turn that no earlier message has: a turn that
     # names something new may be a new topic.
     new_terms: tuple[str, ...] = ()
+    # A short question with nothing to carry ("quanto tempo de licença eu tenho?"): its
+    # content words, for the search evidence to tell whether its readings split across
+    # sibling documents (then it asks back, naming them).
+    clarify_terms: tuple[str, ...] = ()
     # What the search evidence decided between the readings, and why.
     decision: str | None = None
     # The user's own words as they may be searched: no placeholders, amounts or names.

@@ -17,7 +17,7 @@ from retrieval.pipeline.rewrite_rules.context import (
     plan_carry,
     topic_swap,
 )
-from retrieval.pipeline.rewrite_rules.cues import is_hypothetical
+from retrieval.pipeline.rewrite_rules.cues import FACETS, is_hypothetical
 from retrieval.pipeline.rewrite_rules.lexicon import (
     COMMON,
     STRONG,
@@ -82,6 +82,9 @@ _SUBSTITUTES: dict[str, str] = {
 
 
 Reading = Literal["standalone", "contextual"]
+# Words of its own (beyond facets) up to which a question with nothing to carry may be too
+# vague to search without asking which of its readings is meant.
+SHORT_QUESTION_TERMS = 3
 # The caller looks up at most this many words in one query.
 LEXICON_LIMIT = 200
 _EDGES = " ¿?¡!.,;:"
@@ -402,6 +405,27 @@ def _ask_to_clarify(ctx: _Context, users: list[Turn]) -> None:
     ctx.result.notes.append("refers to something not in the conversation: asked to clarify")
 
 
+def _clarify_terms(ctx: _Context, part: Turn) -> tuple[str, ...]:
+    """Return a short, unspecific question's words (see RewriteResult.clarify_terms).
+
+    A glossary term, a number, a place or more than a few words make a question specific.
+    """
+    if ctx.result.glossary_hits or any(t.norm[:1].isdigit() for t in part.tokens):
+        return ()
+    terms = tuple(dict.fromkeys(part.terms))
+    if any(slot_of(w) == "place" for w in terms):
+        return ()
+    # A word neither the documents nor the dictionary know is a typo left uncorrected: the
+    # titles cannot be compared with what was meant.
+    known = ctx.stats.lexicon.language_words
+    if ctx.stats.available and any(
+        ctx.stats.nidf(w) is None and w not in known for w in terms
+    ):
+        return ()
+    own = [w for w in terms if w not in FACETS]
+    return terms if 0 < len(own) <= SHORT_QUESTION_TERMS else ()
+
+
 def _add_readings(
     ctx: _Context,
     part: Turn,
@@ -492,6 +516,8 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
             _add_query(ctx, swap, "multi_query", seen)
     if len(parts) > 1:
         result.notes.append(f"split into {len(parts)} questions")
+    elif not users:
+        result.clarify_terms = _clarify_terms(ctx, parts[0])
     result.safe_original = clean_query(inp.question, ctx.stats, ctx.protected, ctx.stopwords)
     result.queries = result.queries[: max(0, inp.max_queries)]
     return result

@@ -229,6 +229,8 @@ def find_anaphors(tokens: Sequence[Token], lang: str | None, content: frozenset[
         for code in _langs(lang):
             if code == "en" and word == "it" and _is_expletive_it(words, i):
                 continue
+            if word in ANAPHORS[code] and nxt in _TIME_WORDS:
+                continue  # "desse ano", "nesta semana": this year, not "that one"
             hit = (
                 word in ANAPHORS[code]
                 or surface in SURFACE_ANAPHORS[code]
