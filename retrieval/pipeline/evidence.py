@@ -69,9 +69,7 @@ def choose_reading(
     contextual = next((i for i, q in enumerate(queries) if q.reading == "contextual"), None)
     if contextual is None:
         return ReadingDecision(everything, None, "")
-    others = tuple(
-        i for i, q in enumerate(queries) if q.reading is None and q.type != "original"
-    )
+    others = tuple(i for i, q in enumerate(queries) if q.reading is None and q.type != "original")
     if standalone is None or not results[standalone]:
         keep = tuple(sorted((contextual, *others)))
         return ReadingDecision(keep, "contextual", "follow-up: the turn alone finds nothing")
@@ -91,7 +89,7 @@ def choose_reading(
         return ReadingDecision(keep, "standalone", reason)
     keep = tuple(sorted((contextual, *others)))
     if around and alone[0] in around:
-        reason = f"follow-up: the turn alone stays among the conversation's documents ('{alone[0]}')"
+        reason = f"follow-up: the turn alone stays among the conversation's documents ({alone[0]})"
     elif together[:1] != alone[:1]:
         reason = "follow-up: the conversation's topic changes what the turn finds"
     else:

@@ -185,9 +185,7 @@ def _clarify_from_evidence(
         rewrite.clarification = Clarification(
             clarification_question(options, language), tuple(options)
         )
-        rewrite.notes.append(
-            "evidence: the question's readings split across " + "; ".join(options)
-        )
+        rewrite.notes.append("evidence: the question's readings split across " + "; ".join(options))
 
 
 def _decide_reading(
@@ -275,9 +273,7 @@ async def retrieve(
     results: list[list[Hit]] = []
     if requests:
         try:
-            results = await asyncio.to_thread(
-                engine.search_many, requests, scope, settings.search
-            )
+            results = await asyncio.to_thread(engine.search_many, requests, scope, settings.search)
         except Exception as exc:  # the database failing must still end the turn with a message
             errors.append(f"search failed: {exc.__class__.__name__}")
             results = [[] for _ in requests]

@@ -265,9 +265,9 @@ def clean_query(
     cursor = 0
     for token in token_spans(text):
         surface = token.text
-        sentence_start = not text[: token.start].strip() or text[: token.start].rstrip()[
-            -1
-        ] in ".?!:;¿¡"
+        sentence_start = (
+            not text[: token.start].strip() or text[: token.start].rstrip()[-1] in ".?!:;¿¡"
+        )
         name = (
             stats.available
             and surface[:1].isupper()
@@ -418,9 +418,7 @@ def _clarify_terms(ctx: _Context, part: Turn) -> tuple[str, ...]:
     # A word neither the documents nor the dictionary know is a typo left uncorrected: the
     # titles cannot be compared with what was meant.
     known = ctx.stats.lexicon.language_words
-    if ctx.stats.available and any(
-        ctx.stats.nidf(w) is None and w not in known for w in terms
-    ):
+    if ctx.stats.available and any(ctx.stats.nidf(w) is None and w not in known for w in terms):
         return ()
     own = [w for w in terms if w not in FACETS]
     return terms if 0 < len(own) <= SHORT_QUESTION_TERMS else ()
@@ -460,15 +458,12 @@ def _add_readings(
             return
         ctx.topic = plan.phrase
         contextual = f"{standalone.rstrip(_EDGES)} {plan.phrase}"
-        ctx.result.notes.append(
-            f"may follow up on '{plan.phrase}': searched with and without it"
-        )
+        ctx.result.notes.append(f"may follow up on '{plan.phrase}': searched with and without it")
     ctx.result.topic = clean_query(ctx.topic, ctx.stats, ctx.protected, ctx.stopwords) or None
     ctx.result.new_terms = tuple(
         w
         for w in dict.fromkeys(part.terms)
-        if ctx.mentions.get(w, 0) <= 1
-        and (w in ctx.protected or ctx.stats.weight(w) >= STRONG)
+        if ctx.mentions.get(w, 0) <= 1 and (w in ctx.protected or ctx.stats.weight(w) >= STRONG)
     )
     _add_query(ctx, contextual, "expand", seen, reading="contextual")
     _add_query(ctx, standalone, "normalize", seen, reading="standalone")

@@ -10,6 +10,7 @@ in that direction. Small talk is answered politely and searches nothing: searchi
 from __future__ import annotations
 
 import re
+
 from retrieval.pipeline.rewrite_rules.lexicon import edit_distance
 from retrieval.pipeline.text import normalize
 
@@ -126,4 +127,3 @@ def small_talk_reply(kind: str, language: str | None) -> str:
     """Return the short, polite reply to a small-talk turn, in the turn's language."""
     replies = _REPLIES.get(language or "pt", _REPLIES["pt"])
     return replies.get(kind, replies["ack"])
-
