@@ -14,15 +14,24 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
-from .fusion import FusionStrategy, MergedHit, cut_passages, merge_results
+from .dictionary import known_words
+from .evidence import ambiguous_documents, choose_reading, clarification_question
+from .fusion import FusionStrategy, Hit, MergedHit, cut_passages, merge_results
 from .glossary import find_glossary_hits
 from .llm import ChatModel
 from .masking import Masker, MaskingConfig
 from .rewrite_llm import rewrite_with_llm
 from .rewrite_rules import lexicon_words, rewrite_with_rules
 from .search import Scope, SearchEngine, SearchParams, SearchRequest
-from .text import normalize
-from .types import HistoryMessage, LexiconView, RewriteInput, RewriteResult, SearchQuery
+from .text import content_terms, normalize
+from .types import (
+    Clarification,
+    HistoryMessage,
+    LexiconView,
+    RewriteInput,
+    RewriteResult,
+    SearchQuery,
+)
 
 RewriteMode = Literal["none", "last-turn", "rules", "llm"]
 REWRITE_MODES: tuple[RewriteMode, ...] = ("none", "last-turn", "rules", "llm")
@@ -131,13 +140,67 @@ def _baseline_rewrite(inp: RewriteInput, mode: RewriteMode) -> RewriteResult:
 def search_queries(
     rewrite: RewriteResult, original: str, weights: Mapping[str, float]
 ) -> list[SearchQuery]:
-    """The rewritten queries, weighted by type, plus the user's own words as a safety net."""
+    """The rewritten queries, weighted by type, plus the user's own words as a safety net.
+
+    The user's words are searched as the rewriter cleaned them (no placeholders, amounts or
+    names) when it did; a small-talk turn searches nothing.
+    """
+    if rewrite.no_search:
+        return []
     if rewrite.backend in {"none", "last-turn"}:
         return list(rewrite.queries)
+    original = rewrite.safe_original if rewrite.safe_original is not None else original
     queries = [replace(q, weight=weights.get(q.type, q.weight)) for q in rewrite.queries]
-    if any(normalize(q.text) == normalize(original) for q in queries):
+    if not original.strip() or any(normalize(q.text) == normalize(original) for q in queries):
         return queries
     return [*queries, SearchQuery(original, "original", weight=weights.get("original", 0.5))]
+
+
+def _clarify_from_evidence(
+    rewrite: RewriteResult, merged: Sequence[MergedHit], language: str | None
+) -> None:
+    """Ask back, naming the sibling documents, when a short question's readings split.
+
+    A clarification the words already asked for ("e isso?" with nothing before it) gets
+    the best documents' titles as its options too.
+    """
+    titles: list[tuple[str, list[str]]] = []
+    for item in merged:
+        title = item.hit.title.strip()
+        if title and title not in (t for t, _ in titles):
+            words = [part for term in content_terms(title) for part in term.split("-")]
+            titles.append((title, words))
+        if len(titles) >= 4:
+            break
+    if rewrite.needs_clarification and rewrite.clarification is not None:
+        if not rewrite.clarification.options and titles:
+            options = [t for t, _ in titles[:3]]
+            rewrite.clarification = Clarification(
+                clarification_question(options, language), tuple(options)
+            )
+        return
+    options = ambiguous_documents(rewrite.clarify_terms, titles)
+    if options:
+        rewrite.needs_clarification = True
+        rewrite.clarification = Clarification(
+            clarification_question(options, language), tuple(options)
+        )
+        rewrite.notes.append("evidence: the question's readings split across " + "; ".join(options))
+
+
+def _decide_reading(
+    rewrite: RewriteResult,
+    queries: list[SearchQuery],
+    results: list[list[Hit]],
+    topic_hits: list[Hit] | None,
+) -> tuple[list[SearchQuery], list[list[Hit]]]:
+    """Keep the reading of a follow-up that the search evidence supports (see evidence.py)."""
+    decision = choose_reading(queries, results, topic_hits, rewrite.new_terms)
+    if decision.reading is None:
+        return queries, results
+    rewrite.decision = decision.reason
+    rewrite.notes.append(f"evidence: {decision.reason}")
+    return [queries[i] for i in decision.keep], [results[i] for i in decision.keep]
 
 
 async def retrieve(
@@ -185,38 +248,47 @@ async def retrieve(
     timings["rewrite"] = _ms(t)
 
     queries = search_queries(rewrite, masked_question, settings.query_weights)
-    if on_rewrite is not None:
-        await on_rewrite(RewriteAnnouncement(rewrite, queries, masker, list(errors)))
+    # A follow-up's topic is searched alone as evidence of where the conversation is.
+    probe = rewrite.topic if any(q.reading == "contextual" for q in queries) else None
+    texts = [q.text for q in queries] + ([probe] if probe else [])
     t = time.perf_counter()
     vectors: list[list[float]] = []
-    if embedder is None:
+    if texts and embedder is None:
         errors.append("vector search off: the collection was embedded with another model")
-    else:
+    elif texts and embedder is not None:
         try:
-            vectors = await asyncio.to_thread(embedder.embed_queries, [q.text for q in queries])
+            vectors = await asyncio.to_thread(embedder.embed_queries, texts)
         except Exception as exc:  # any embedder failure: fall back to full-text only below
             errors.append(f"embedding failed: {exc}")
     timings["embed"] = _ms(t)
 
     t = time.perf_counter()
     if not vectors:  # embedder down: each query runs with its full-text leg only
-        vectors = [[] for _ in queries]
+        vectors = [[] for _ in texts]
+    areas = [q.area for q in queries] + ([None] if probe else [])
     requests = [
-        SearchRequest(text=q.text, vector=v, area=q.area)
-        for q, v in zip(queries, vectors, strict=True)
+        SearchRequest(text=text, vector=vector, area=area)
+        for text, vector, area in zip(texts, vectors, areas, strict=True)
     ]
-    try:
-        results = await asyncio.to_thread(engine.search_many, requests, scope, settings.search)
-    except Exception as exc:  # the database failing must still end the turn with a message
-        errors.append(f"search failed: {exc.__class__.__name__}")
-        results = [[] for _ in queries]
+    results: list[list[Hit]] = []
+    if requests:
+        try:
+            results = await asyncio.to_thread(engine.search_many, requests, scope, settings.search)
+        except Exception as exc:  # the database failing must still end the turn with a message
+            errors.append(f"search failed: {exc.__class__.__name__}")
+            results = [[] for _ in requests]
     timings["search"] = _ms(t)
+    topic_hits = results.pop() if probe else None
+    queries, results = _decide_reading(rewrite, queries, results, topic_hits)
+    if on_rewrite is not None:
+        await on_rewrite(RewriteAnnouncement(rewrite, queries, masker, list(errors)))
 
     t = time.perf_counter()
     merged = merge_results(queries, results, strategy=settings.fusion, rrf_k=settings.rrf_k)
     passages = cut_passages(
         merged, limit=settings.passages, max_per_document=settings.max_per_document
     )
+    _clarify_from_evidence(rewrite, merged, language)
     timings["merge"] = _ms(t)
     return RetrievalOutcome(
         masked_question=masked_question,
@@ -242,11 +314,16 @@ async def _rewrite(
         return _baseline_rewrite(inp, settings.mode)
 
     def rules() -> RewriteResult:
+        words = lexicon_words(inp)
         try:
-            view = lexicon(lexicon_words(inp))
+            view = lexicon(words)
         except Exception as exc:  # the vocabulary is an aid: rewrite without it
             errors.append(f"vocabulary lookup failed: {exc}")
             view = LexiconView()
+        try:
+            view = replace(view, language_words=known_words(words, inp.language))
+        except Exception as exc:  # the dictionary is an aid too
+            errors.append(f"dictionary lookup failed: {exc.__class__.__name__}")
         try:
             return rewrite_with_rules(inp, view)
         except Exception as exc:  # never break the turn: search the question as typed

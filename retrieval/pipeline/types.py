@@ -55,6 +55,10 @@ class SearchQuery:
     area: str | None = None
     # Relative weight when results of several queries are fused.
     weight: float = 1.0
+    # For a follow-up, which reading of the turn the query is: the turn on its own
+    # ("standalone") or with the conversation's topic ("contextual"). The search evidence
+    # keeps one of the two (retrieval.pipeline.evidence).
+    reading: Literal["standalone", "contextual"] | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,9 @@ class LexiconView:
     df: Mapping[str, int] = field(default_factory=dict)
     n_chunks: int = 0
     corrections: Mapping[str, str] = field(default_factory=dict)
+    # The turn's words that the language's own dictionary knows: never "corrected" into
+    # another corpus word, and a glossary entry among them is an ordinary word too.
+    language_words: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,20 @@ class RewriteResult:
     # `small_talk` says which kind ("thanks", "greeting", "ack", "farewell", "chat").
     no_search: bool = False
     small_talk: str | None = None
+    # The conversation's topic as carried words ("reembolso de despesas"): searched alone as
+    # evidence of where the conversation is, never shown as a source.
+    topic: str | None = None
+    # Rare words (or glossary terms) of the turn that no earlier message has: a turn that
+    # names something new may be a new topic.
+    new_terms: tuple[str, ...] = ()
+    # A short question with nothing to carry ("quanto tempo de licença eu tenho?"): its
+    # content words, for the search evidence to tell whether its readings split across
+    # sibling documents (then it asks back, naming them).
+    clarify_terms: tuple[str, ...] = ()
+    # What the search evidence decided between the readings, and why.
+    decision: str | None = None
+    # The user's own words as they may be searched: no placeholders, amounts or names.
+    safe_original: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         """Return a JSON-ready dict (for traces and WebSocket frames)."""
@@ -117,7 +138,13 @@ class RewriteResult:
             "backend": self.backend,
             "model": self.model,
             "queries": [
-                {"text": q.text, "type": q.type, "area": q.area, "weight": q.weight}
+                {
+                    "text": q.text,
+                    "type": q.type,
+                    "area": q.area,
+                    "weight": q.weight,
+                    "reading": q.reading,
+                }
                 for q in self.queries
             ],
             "needs_clarification": self.needs_clarification,
@@ -139,4 +166,6 @@ class RewriteResult:
             "anomalies": list(self.anomalies),
             "no_search": self.no_search,
             "small_talk": self.small_talk,
+            "topic": self.topic,
+            "decision": self.decision,
         }

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import Literal
 
 from retrieval.pipeline.glossary import expand_with_glossary, find_glossary_hits
 from retrieval.pipeline.rewrite_rules.context import (
@@ -15,18 +17,23 @@ from retrieval.pipeline.rewrite_rules.context import (
     plan_carry,
     topic_swap,
 )
-from retrieval.pipeline.rewrite_rules.cues import is_hypothetical
+from retrieval.pipeline.rewrite_rules.cues import FACETS, is_hypothetical
 from retrieval.pipeline.rewrite_rules.lexicon import (
     COMMON,
+    STRONG,
     Stats,
     correct_spelling,
     word_parts,
 )
+from retrieval.pipeline.rewrite_rules.slots import slot_of
+from retrieval.pipeline.rewrite_rules.smalltalk import small_talk_kind
 from retrieval.pipeline.rewrite_rules.split import split_questions
 from retrieval.pipeline.text import (
     LANGUAGES,
     Language,
+    Token,
     detect_language,
+    is_placeholder,
     normalize,
     stopwords_for,
     token_spans,
@@ -74,6 +81,10 @@ _SUBSTITUTES: dict[str, str] = {
 }
 
 
+Reading = Literal["standalone", "contextual"]
+# Words of its own (beyond facets) up to which a question with nothing to carry may be too
+# vague to search without asking which of its readings is meant.
+SHORT_QUESTION_TERMS = 3
 # The caller looks up at most this many words in one query.
 LEXICON_LIMIT = 200
 _EDGES = " ¿?¡!.,;:"
@@ -119,6 +130,7 @@ class _Context:
     glossary_slots: dict[tuple[str, ...], str]
     mentions: Counter[str]  # in how many messages (the question's too) each word occurs
     result: RewriteResult
+    topic: str = ""  # the words a follow-up carried, for the evidence search
 
 
 def _substitute(turn: Turn, dependency: Dependency, topic: str) -> str | None:
@@ -203,6 +215,7 @@ def _resolve(
             f"{label}follow-up ({dependency.kind} '{dependency.cue}'): carried "
             f"'{carried.phrase}' from {_where(source, len(users), carried.offset)}"
         )
+    ctx.topic = plan.phrase
     swap = topic_swap(part, dependency, plan, users, ctx.lang, ctx.stopwords)
     if swap:
         notes.append(f"{label}may also change the topic: searched '{swap}' too")
@@ -234,8 +247,103 @@ def _truncate(text: str, limit: int) -> str:
     return cut or text[:limit]
 
 
-def _add_query(ctx: _Context, text: str, query_type: QueryType, seen: set[str]) -> None:
+# A value written with thousands separators ("6.850", "4.381.226-7"): an amount or an
+# identity number, never worth searching and personal more often than not.
+_NUMBER_VALUE_RE = re.compile(r"^\d{1,3}(?:\.\d{3})+(?:,\d+)?(?:-\d)?$")
+_SPACES_RE = re.compile(r"\s+([,.;:?!])|\s{2,}")
+
+
+def clean_query(
+    text: str, stats: Stats, protected: frozenset[str], stopwords: frozenset[str]
+) -> str:
+    """Drop what must never be searched: placeholders, amounts and unknown names.
+
+    A capitalised word the corpus does not know and that is no place ("Mariana", "Kuhn")
+    is a person's name more often than anything the documents could match.
+    """
+    pieces: list[str] = []
+    cursor = 0
+    for token in token_spans(text):
+        surface = token.text
+        sentence_start = (
+            not text[: token.start].strip() or text[: token.start].rstrip()[-1] in ".?!:;¿¡"
+        )
+        name = (
+            stats.available
+            and surface[:1].isupper()
+            and not surface.isupper()
+            and not sentence_start
+            and token.norm not in stopwords
+            and token.norm not in protected
+            and stats.nidf(token.norm) is None
+            and slot_of(token.norm) is None
+        )
+        drop = is_placeholder(surface) or bool(_NUMBER_VALUE_RE.match(surface)) or name
+        if drop:
+            pieces.append(text[cursor : token.start])
+            cursor = token.end
+    pieces.append(text[cursor:])
+    cleaned = _SPACES_RE.sub(lambda m: m.group(1) or " ", "".join(pieces))
+    return cleaned.strip(" ,;:")
+
+
+def _glossary_senses(ctx: _Context, text: str) -> list[GlossaryHit]:
+    """Return the glossary hits of `text` used as terms, noting the ones left as words.
+
+    An entry that is also an ordinary word of the language ("vale": is valid; "home") is
+    the term only after a determiner or preposition ("o vale", "no home"), alone, or in
+    capitals; "isso vale para estagiário?" keeps its verb.
+    """
     hits = find_glossary_hits(text, ctx.inp.glossary)
+    common = ctx.stats.lexicon.language_words
+    if not common:
+        return hits
+    tokens = token_spans(text)
+    kept: list[GlossaryHit] = []
+    for hit in hits:
+        words = _words_of(hit.term)
+        if len(words) != 1 or hit.term.isupper() or words[0] not in common:
+            kept.append(hit)
+            continue
+        positions = [i for i, t in enumerate(tokens) if t.norm == words[0]]
+        used = any(_used_as_term(tokens, i) for i in positions)
+        if used:
+            kept.append(hit)
+        else:
+            ctx.result.notes.append(
+                f"glossary: '{hit.term}' read as the ordinary word here, not expanded"
+            )
+    return kept
+
+
+_TERM_BEFORE = frozenset(
+    """o a os as um uma uns umas no na nos nas do da dos das ao pelo pela pro pra meu minha
+    meus minhas seu sua seus suas nosso nossa esse essa este esta desse dessa deste desta
+    nesse nessa de com sem sobre el la los las un una unos unas del al en mi mis tu tus su sus
+    ese esa este esta con sin the a an my your our his her their of for in on with about
+    e y and""".split()
+)
+
+
+def _used_as_term(tokens: list[Token], index: int) -> bool:
+    """Tell whether the word at `index` stands where a noun would (see _glossary_senses)."""
+    token = tokens[index]
+    if token.text.isupper() and len(token.text) > 1:
+        return True
+    if len(tokens) == 1:
+        return True
+    return index > 0 and tokens[index - 1].norm in _TERM_BEFORE
+
+
+def _add_query(
+    ctx: _Context,
+    text: str,
+    query_type: QueryType,
+    seen: set[str],
+    reading: Reading | None = None,
+) -> None:
+    text = clean_query(text, ctx.stats, ctx.protected, ctx.stopwords)
+    hits = _glossary_senses(ctx, text)
     question_terms = {h.term for h in find_glossary_hits(ctx.inp.question, ctx.inp.glossary)}
     expanded = expand_with_glossary(text, hits)
     if expanded != text and query_type == "normalize":
@@ -257,7 +365,7 @@ def _add_query(ctx: _Context, text: str, query_type: QueryType, seen: set[str]) 
         # The area is only a ranking nudge; give it when the glossary terms agree on one.
         areas = {h.area for h in hits if h.area}
         area = areas.pop() if len(areas) == 1 else None
-        ctx.result.queries.append(SearchQuery(final, query_type, area))
+        ctx.result.queries.append(SearchQuery(final, query_type, area, reading=reading))
 
 
 def _split(ctx: _Context, text: str) -> list[Turn]:
@@ -297,6 +405,70 @@ def _ask_to_clarify(ctx: _Context, users: list[Turn]) -> None:
     ctx.result.notes.append("refers to something not in the conversation: asked to clarify")
 
 
+def _clarify_terms(ctx: _Context, part: Turn) -> tuple[str, ...]:
+    """Return a short, unspecific question's words (see RewriteResult.clarify_terms).
+
+    A glossary term, a number, a place or more than a few words make a question specific.
+    """
+    if ctx.result.glossary_hits or any(t.norm[:1].isdigit() for t in part.tokens):
+        return ()
+    terms = tuple(dict.fromkeys(part.terms))
+    if any(slot_of(w) == "place" for w in terms):
+        return ()
+    # A word neither the documents nor the dictionary know is a typo left uncorrected: the
+    # titles cannot be compared with what was meant.
+    known = ctx.stats.lexicon.language_words
+    if ctx.stats.available and any(ctx.stats.nidf(w) is None and w not in known for w in terms):
+        return ()
+    own = [w for w in terms if w not in FACETS]
+    return terms if 0 < len(own) <= SHORT_QUESTION_TERMS else ()
+
+
+def _add_readings(
+    ctx: _Context,
+    part: Turn,
+    dependency: Dependency,
+    query: str,
+    carried: bool,
+    users: list[Turn],
+    seen: set[str],
+) -> None:
+    """Offer a follow-up's two readings: on its own, and with the conversation's topic.
+
+    Words alone cannot tell "conta pro trajeto até o cliente?" (a follow-up) from "e o
+    auxílio-creche, qual o valor?" (a new topic); the search evidence decides between the
+    two readings (retrieval.pipeline.evidence), HQE's idea with retrieval as the predictor.
+    """
+    standalone = part.text.strip()
+    contextual = query
+    if not carried:
+        plan = plan_carry(
+            part,
+            Dependency("weak", "implicit"),
+            users,
+            ctx.lang,
+            ctx.stats,
+            ctx.stopwords,
+            ctx.protected,
+            ctx.glossary_slots,
+            ctx.mentions,
+        )
+        if not plan.carried:
+            _add_query(ctx, query, "normalize", seen)
+            return
+        ctx.topic = plan.phrase
+        contextual = f"{standalone.rstrip(_EDGES)} {plan.phrase}"
+        ctx.result.notes.append(f"may follow up on '{plan.phrase}': searched with and without it")
+    ctx.result.topic = clean_query(ctx.topic, ctx.stats, ctx.protected, ctx.stopwords) or None
+    ctx.result.new_terms = tuple(
+        w
+        for w in dict.fromkeys(part.terms)
+        if ctx.mentions.get(w, 0) <= 1 and (w in ctx.protected or ctx.stats.weight(w) >= STRONG)
+    )
+    _add_query(ctx, contextual, "expand", seen, reading="contextual")
+    _add_query(ctx, standalone, "normalize", seen, reading="standalone")
+
+
 def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult:
     """Rewrite `inp.question` into at most `inp.max_queries` self-contained queries.
 
@@ -304,6 +476,12 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
     """
     ctx = _make_context(inp, lexicon)
     result = ctx.result
+    kind = small_talk_kind(inp.question)
+    if kind is not None:
+        result.no_search = True
+        result.small_talk = kind
+        result.notes.append(f"small talk ({kind}): replied without searching")
+        return result
     text, result.corrections = correct_spelling(
         inp.question, ctx.stats, ctx.protected, ctx.stopwords
     )
@@ -325,10 +503,16 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
         if len(parts) > 1:
             query, query_type = query.strip(_EDGES), "decompose"
         resolved.append(make_turn(query, ctx.stopwords))
-        _add_query(ctx, query, query_type, seen)
+        if len(parts) == 1 and users and dependency.kind != "switch":
+            _add_readings(ctx, part, dependency, query, carried, users, seen)
+        else:
+            _add_query(ctx, query, query_type, seen)
         if swap and len(parts) == 1:
             _add_query(ctx, swap, "multi_query", seen)
     if len(parts) > 1:
         result.notes.append(f"split into {len(parts)} questions")
+    elif not users:
+        result.clarify_terms = _clarify_terms(ctx, parts[0])
+    result.safe_original = clean_query(inp.question, ctx.stats, ctx.protected, ctx.stopwords)
     result.queries = result.queries[: max(0, inp.max_queries)]
     return result

@@ -158,7 +158,19 @@ _SWITCH_PHRASES = (
     ("unrelated",),
     ("another", "topic"),
     ("different", "topic"),
+    ("outro", "tema"),
+    ("otro", "asunto"),
+    ("otra", "cosa"),
+    ("outra", "coisa"),
+    ("otra", "consulta"),
+    ("outra", "consulta"),
+    ("something", "else"),
+    ("mudando", "de"),
+    ("mudanca", "de"),
 )
+# Phrases that change the subject only where a turn starts ("outra coisa, quanto é...";
+# "posso fazer outra coisa?" does not): checked within the first words.
+_SWITCH_OPENING = 4
 # Words that open a question or a clause with its own verb, after "e"/"y"/"and" or ",".
 QUESTION_STARTERS: dict[str, frozenset[str]] = {
     "pt": _set(
@@ -217,6 +229,8 @@ def find_anaphors(tokens: Sequence[Token], lang: str | None, content: frozenset[
         for code in _langs(lang):
             if code == "en" and word == "it" and _is_expletive_it(words, i):
                 continue
+            if word in ANAPHORS[code] and nxt in _TIME_WORDS:
+                continue  # "desse ano", "nesta semana": this year, not "that one"
             hit = (
                 word in ANAPHORS[code]
                 or surface in SURFACE_ANAPHORS[code]
@@ -288,9 +302,10 @@ def is_topic_switch(tokens: Sequence[Token]) -> bool:
     present = set(words)
     if present & _SWITCH_VERBS and present & _SWITCH_NOUNS:
         return True
+    head = words[: _SWITCH_OPENING + 1]
     for phrase in _SWITCH_PHRASES:
         size = len(phrase)
-        if any(tuple(words[i : i + size]) == phrase for i in range(len(words) - size + 1)):
+        if any(tuple(head[i : i + size]) == phrase for i in range(len(head) - size + 1)):
             return True
     return False
 

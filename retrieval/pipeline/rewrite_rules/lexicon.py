@@ -74,7 +74,7 @@ class Stats:
         return self.weight(word) >= STRONG
 
 
-def _edit_distance(a: str, b: str) -> int:
+def edit_distance(a: str, b: str) -> int:
     """Return the optimal-string-alignment distance (a swap of neighbours counts once)."""
     prev2: list[int] = []
     prev = list(range(len(b) + 1))
@@ -99,13 +99,15 @@ def _plausible_fix(word: str, fix: str) -> bool:
     if word[:-1] == fix[:-1] and word[-1] in "aeio" and fix[-1] in "aeio":
         return False
     limit = 1 if len(word) <= 5 else 2
-    return _edit_distance(word, fix) <= limit
+    return edit_distance(word, fix) <= limit
 
 
 def correct_spelling(
     text: str, stats: Stats, protected: frozenset[str], stopwords: frozenset[str]
 ) -> tuple[str, dict[str, str]]:
-    """Replace words unknown to the corpus by the caller's closest known word.
+    """Replace words unknown to the corpus and to the language by the closest corpus word.
+
+    "apagam" (a verb the dictionary knows) is not turned into "apagado"; "reenbolso" is.
 
     Never touches stopwords, glossary words (`protected`), numbers, placeholders, short
     words or acronyms written in capitals.
@@ -121,6 +123,7 @@ def correct_spelling(
             word in stopwords
             or word in protected
             or word in stats.lexicon.df
+            or word in stats.lexicon.language_words
             or is_placeholder(token.text)
             or len(word) < 4
             or not word.isalpha()

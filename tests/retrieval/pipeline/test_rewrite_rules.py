@@ -94,7 +94,13 @@ def rewrite(
 
 
 def texts(result: RewriteResult) -> list[str]:
-    return [q.text for q in result.queries]
+    """The queries the rewriter built, without a follow-up's plain reading of the turn."""
+    return [q.text for q in result.queries if q.reading != "standalone"]
+
+
+def standalone(result: RewriteResult) -> list[str]:
+    """The turn as asked, offered beside a follow-up's topic-aware reading."""
+    return [q.text for q in result.queries if q.reading == "standalone"]
 
 
 def words(text: str) -> set[str]:
@@ -134,7 +140,7 @@ def test_follow_up_for_pj_carries_the_topic_and_replaces_the_audience() -> None:
         "como funciona o reembolso de despesas para funcionários CLT?",
         "Funcionários CLT pedem o reembolso pelo portal, com nota fiscal, em até 30 dias.",
     )
-    [query] = result.queries
+    [query] = [q for q in result.queries if q.reading != "standalone"]
     assert {"reembolso", "despesas", "pj"} <= words(query.text)
     assert not {"clt", "funcionarios"} & words(query.text)
     assert "pessoa jurídica" in query.text
@@ -146,7 +152,7 @@ def test_follow_up_for_pj_carries_the_topic_and_replaces_the_audience() -> None:
 def test_follow_up_takes_the_topic_from_the_user_not_the_long_assistant_reply() -> None:
     reply = "O VR é pago por dia útil, inclusive no trabalho remoto, e o gestor aprova no portal."
     result = rewrite("e para estagiários?", "como funciona o VR?", reply)
-    [query] = result.queries
+    [query] = [q for q in result.queries if q.reading != "standalone"]
     assert {"vr", "estagiarios"} <= words(query.text)
     assert not {"gestor", "portal", "remoto"} & words(query.text)
 
@@ -157,7 +163,7 @@ def test_spanish_follow_up_replaces_the_country() -> None:
         "cuántos días de vacaciones tengo en España",
         "En España tienes 23 días laborables de vacaciones al año.",
     )
-    [query] = result.queries
+    [query] = [q for q in result.queries if q.reading != "standalone"]
     assert {"vacaciones", "chile"} <= words(query.text)
     assert "espana" not in words(query.text)
 
@@ -169,7 +175,7 @@ def test_english_follow_up_for_contractors() -> None:
         "Employees claim travel expenses through the expense portal within 30 days.",
         language="en",
     )
-    [query] = result.queries
+    [query] = [q for q in result.queries if q.reading != "standalone"]
     assert {"travel", "expenses", "contractors"} <= words(query.text)
     assert "employees" not in words(query.text)
 
@@ -182,12 +188,14 @@ def test_english_pronoun_is_replaced_by_the_topic() -> None:
 def test_pronoun_resolved_inside_the_turn_needs_no_history() -> None:
     question = "Speaking about the per diem, how is it paid?"
     result = rewrite(question, "how do employees claim travel expenses?", "Through the portal.")
-    assert texts(result) == [question]
+    # Words alone no longer decide: the turn as asked is offered, and the search evidence
+    # (tests/retrieval/pipeline/test_evidence.py) keeps it when it stands on its own.
+    assert standalone(result) == [question]
 
 
 def test_hypothetical_follow_up_keeps_its_condition() -> None:
     result = rewrite("e se eu estiver de férias?", "como peço demissão?", "Pelo portal.")
-    [query] = result.queries
+    [query] = [q for q in result.queries if q.reading != "standalone"]
     assert query.text == "demissão se eu estiver de férias"
 
 
@@ -204,12 +212,13 @@ def test_short_question_about_a_facet_borrows_the_topic() -> None:
 
 def test_short_question_naming_something_new_stands_alone() -> None:
     result = rewrite("quando cai o 13º?", "como funciona a coparticipação?", "Você paga 30%.")
-    assert texts(result) == ["quando cai o 13º (décimo terceiro salário)?"]
+    assert standalone(result) == ["quando cai o 13º (décimo terceiro salário)?"]
+    assert "13" in result.new_terms[0]
 
 
 def test_glossary_terms_of_one_area_replace_each_other() -> None:
     result = rewrite("e o VA?", "qual o valor do VR?", "O VR é de R$ 40 por dia.")
-    [query] = result.queries
+    [query] = [q for q in result.queries if q.reading != "standalone"]
     assert {"valor", "va"} <= words(query.text)
     assert "vr" not in words(query.text)
 
@@ -222,7 +231,7 @@ def test_chained_follow_ups_keep_the_newest_value() -> None:
         "e para PJ?",
         "Por nota de débito.",
     )
-    [query] = result.queries
+    [query] = [q for q in result.queries if q.reading != "standalone"]
     assert {"reembolso", "despesas", "pj", "limite"} <= words(query.text)
     assert "clt" not in words(query.text)
 
@@ -233,7 +242,7 @@ def test_topic_switch_keeps_the_new_question_alone() -> None:
         "como funciona o reembolso de despesas?",
         "O reembolso é pago em até 10 dias.",
     )
-    assert texts(result) == ["quantas parcelas tem o 13º (décimo terceiro salário) salário?"]
+    assert standalone(result) == ["quantas parcelas tem o 13º (décimo terceiro salário) salário?"]
     assert not any("carried" in note for note in result.notes)
 
 
@@ -396,14 +405,15 @@ def test_bare_new_topic_is_also_searched_with_the_facet_asked_before() -> None:
     carried, swapped = texts(result)
     assert {"reembolso", "ferias"} <= words(carried)
     assert swapped == "prazo férias"
-    assert [q.type for q in result.queries] == ["expand", "multi_query"]
+    types = [q.type for q in result.queries if q.reading != "standalone"]
+    assert types == ["expand", "multi_query"]
 
 
 def test_restrictions_and_facets_keep_the_topic_without_a_second_reading() -> None:
     previous = "qual o prazo para pedir reembolso de despesas?"
     for follow_up in ("e para PJs?", "e dependentes?", "e o prazo?", "e se eu for PJ?"):
         result = rewrite(follow_up, previous, "30 dias.")
-        assert len(result.queries) == 1, (follow_up, texts(result))
+        assert len(texts(result)) == 1, (follow_up, texts(result))
         assert "reembolso" in words(texts(result)[0]), follow_up
 
 

@@ -1,0 +1,147 @@
+"""Decide a follow-up's reading from what the searches found (pure: no I/O).
+
+A turn with a conversation before it is searched twice in parallel, on its own and with the
+conversation's topic, and the topic's words are searched alone as a probe of where the
+conversation is. Words cannot tell an implicit follow-up ("se eu for desligado, perco?")
+from a new question ("e o auxílio-creche, qual o valor?"); the results can:
+
+- a new topic: the turn alone finds one document confidently (top of both the vector and
+  the full-text leg), the topic-aware search agrees on it, and the topic's own search does
+  not reach it: the conversation adds nothing, so only the turn's own words are searched;
+- otherwise a follow-up: only the topic-aware reading is kept, and the user's own words are
+  not searched beside it (alone, they pulled up a sibling document: another country's or
+  another audience's page).
+
+Compared on the dev sets with three other designs (see issue 12's note): always both
+readings fused, the topic-aware reading alone, and the probe-only test; this one keeps the
+follow-up gains and drops the old topic after a switch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .fusion import Hit
+from .types import SearchQuery
+
+# A leg's rank that counts as "found it confidently".
+CONFIDENT_RANK = 3
+# How deep in the topic probe's documents the turn's best document may appear and still be
+# part of the conversation.
+NEIGHBOURHOOD = 5
+# Rare words of its own, unseen in the conversation, that make a turn name a new topic.
+NEW_TERMS = 3
+
+
+@dataclass(frozen=True)
+class ReadingDecision:
+    """Which queries to search with, and why (for the trace)."""
+
+    keep: tuple[int, ...]  # indexes into the turn's queries
+    reading: str | None  # "standalone", "contextual" or None when there was nothing to decide
+    reason: str
+
+
+def _documents(hits: Sequence[Hit]) -> list[str]:
+    seen: dict[str, None] = {}
+    for hit in hits:
+        seen.setdefault(hit.external_id, None)
+    return list(seen)
+
+
+def _confident(hits: Sequence[Hit]) -> bool:
+    if not hits:
+        return False
+    top = hits[0]
+    return (top.vector_rank or 999) <= CONFIDENT_RANK and (top.text_rank or 999) <= CONFIDENT_RANK
+
+
+def choose_reading(
+    queries: Sequence[SearchQuery],
+    results: Sequence[Sequence[Hit]],
+    topic_hits: Sequence[Hit] | None,
+    new_terms: Sequence[str] = (),
+) -> ReadingDecision:
+    """Keep one of a follow-up's two readings (and drop the other) from search evidence."""
+    everything = tuple(range(len(queries)))
+    standalone = next((i for i, q in enumerate(queries) if q.reading == "standalone"), None)
+    contextual = next((i for i, q in enumerate(queries) if q.reading == "contextual"), None)
+    if contextual is None:
+        return ReadingDecision(everything, None, "")
+    others = tuple(i for i, q in enumerate(queries) if q.reading is None and q.type != "original")
+    if standalone is None or not results[standalone]:
+        keep = tuple(sorted((contextual, *others)))
+        return ReadingDecision(keep, "contextual", "follow-up: the turn alone finds nothing")
+    alone = _documents(results[standalone])
+    together = _documents(results[contextual])
+    around = _documents(topic_hits or [])[:NEIGHBOURHOOD]
+    # The topic-aware search agreeing on the turn's own best document, or the turn naming
+    # things the conversation never did, says the topic's words only add noise.
+    agrees = together[:1] == alone[:1] or len(new_terms) >= NEW_TERMS
+    if _confident(results[standalone]) and agrees and alone[0] not in around:
+        keep = tuple(i for i in everything if i != contextual)
+        why = "both readings agree on it" if together[:1] == alone[:1] else "new words"
+        reason = (
+            f"new topic: the turn alone finds '{alone[0]}' confidently, outside the "
+            f"conversation's documents ({why}: {', '.join(new_terms) or '-'})"
+        )
+        return ReadingDecision(keep, "standalone", reason)
+    keep = tuple(sorted((contextual, *others)))
+    if around and alone[0] in around:
+        reason = f"follow-up: the turn alone stays among the conversation's documents ({alone[0]})"
+    elif together[:1] != alone[:1]:
+        reason = "follow-up: the conversation's topic changes what the turn finds"
+    else:
+        reason = "follow-up: the turn alone finds nothing confidently"
+    return ReadingDecision(keep, "contextual", reason)
+
+
+# A short question's words, beyond facets such as "prazo" or "valor", that may still leave
+# it ambiguous ("quero entrar no plano, como faz?").
+SHORT_QUESTION_TERMS = 3
+# How many of the best documents a clarification weighs, and offers at most.
+CLARIFY_DEPTH = 3
+MAX_OPTIONS = 4
+_STEM = 5  # title and question words compared by their first letters ("licença"/"licenças")
+
+
+def _stems(words: Sequence[str]) -> frozenset[str]:
+    return frozenset(w[:_STEM] for w in words if len(w) > 2)
+
+
+def ambiguous_documents(
+    question_terms: Sequence[str],
+    titles: Sequence[tuple[str, Sequence[str]]],
+) -> list[str]:
+    """Return the titles a short question cannot choose between, or [] when it can.
+
+    `titles` are the best documents' (title, title words), best first. The readings split
+    across sibling documents when none of the question's words tells the best documents'
+    titles apart: "quanto tempo de licença eu tenho?" matches "licença" in both the
+    maternity and the paternity page; "licença paternidade, quantos dias?" matches one.
+    """
+    if not question_terms or len(titles) < 2:
+        return []
+    asked = _stems(question_terms)
+    matched = [asked & _stems(words) for _, words in titles[:CLARIFY_DEPTH]]
+    if any(m - matched[0] for m in matched[1:]):
+        return []  # a word of the question names one of the others more than the best one
+    same = [titles[i][0] for i, m in enumerate(matched) if m == matched[0]]
+    distinct = list(dict.fromkeys(same))
+    return distinct[:MAX_OPTIONS] if len(distinct) >= 2 else []
+
+
+_ASK: dict[str, tuple[str, str]] = {
+    "pt": ("Você quer saber sobre {}?", " ou "),
+    "es": ("¿Quiere saber sobre {}?", " o "),
+    "en": ("Do you mean {}?", " or "),
+}
+
+
+def clarification_question(options: Sequence[str], language: str | None) -> str:
+    """Ask which reading is meant, naming the options: "Você quer saber sobre X, Y ou Z?"."""
+    template, last = _ASK.get(language or "pt", _ASK["pt"])
+    names = list(options)
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + last + names[-1]
+    return template.format(listed)

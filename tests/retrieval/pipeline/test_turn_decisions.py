@@ -1,0 +1,184 @@
+"""The turn decisions made without a model: small talk, readings kept by search evidence,
+clarification with options, glossary senses, spelling and what is never searched.
+
+Each test pins one failure pattern of issue 12 with examples of our own.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from retrieval.pipeline.evidence import (
+    ambiguous_documents,
+    choose_reading,
+    clarification_question,
+)
+from retrieval.pipeline.fusion import Hit
+from retrieval.pipeline.rewrite_rules import rewrite_with_rules
+from retrieval.pipeline.rewrite_rules.core import clean_query
+from retrieval.pipeline.rewrite_rules.lexicon import Stats
+from retrieval.pipeline.rewrite_rules.smalltalk import small_talk_kind, small_talk_reply
+from retrieval.pipeline.types import (
+    GlossaryEntry,
+    LexiconView,
+    RewriteInput,
+    SearchQuery,
+)
+from tests.retrieval.pipeline.test_rewrite_rules import LEXICON, lexicon_from, rewrite
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("obrigado!", "thanks"),
+        ("valeu 👍", "thanks"),
+        ("muito obrigadaaa pela ajuda!!", "thanks"),
+        ("Obrigadp", "thanks"),
+        ("gracias, era eso", "thanks"),
+        ("thanks a lot", "thanks"),
+        ("ok, entendi", "ack"),
+        ("👍", "ack"),
+        ("bom dia", "greeting"),
+        ("buenas tardes", "greeting"),
+        ("tchau", "farewell"),
+    ],
+)
+def test_small_talk_is_recognised_in_three_languages_with_typos_and_emoji(
+    text: str, kind: str
+) -> None:
+    assert small_talk_kind(text) == kind
+    result = rewrite(text, "como peço reembolso de despesas?", "Pelo portal, em 30 dias.")
+    assert result.no_search and result.small_talk == kind
+    assert result.queries == []  # the previous topic is never reopened
+    assert any("small talk" in note for note in result.notes)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["obrigado, e para PJ?", "oi, qual o prazo do VR?", "e o vale?", "ok?", "entendi, mas e o VT?"],
+)
+def test_a_question_beside_small_talk_is_a_question(text: str) -> None:
+    assert small_talk_kind(text) is None
+    assert not rewrite(text, "como peço reembolso?", "Pelo portal.").no_search
+
+
+def test_small_talk_reply_is_in_the_turn_language() -> None:
+    assert small_talk_reply("thanks", "pt").startswith("De nada")
+    assert small_talk_reply("thanks", "es").startswith("¡De nada")
+    assert small_talk_reply("greeting", "en").startswith("Hello")
+
+
+def test_implicit_follow_up_is_offered_with_the_conversation_topic() -> None:
+    # "conta pro trajeto até o cliente?"-style: words of its own, subject only in history.
+    result = rewrite(
+        "se eu for desligado, perco?",
+        "como funciona o banco de horas?",
+        "Compensado em seis meses.",
+    )
+    readings = {q.reading: q.text for q in result.queries}
+    assert readings["standalone"] == "se eu for desligado, perco?"
+    assert "banco" in readings["contextual"] and "horas" in readings["contextual"]
+    assert result.topic and "banco" in result.topic
+
+
+def _hit(doc: str, chunk: int, vector: int | None, text: int | None) -> Hit:
+    return Hit(chunk, chunk, doc, doc, "", "", 0, "", vector, text, 0.01)
+
+
+QUERIES = [
+    SearchQuery("e o auxílio-creche, qual o valor? remoto", "expand", reading="contextual"),
+    SearchQuery("e o auxílio-creche, qual o valor?", "normalize", reading="standalone"),
+    SearchQuery("e o auxílio-creche, qual o valor?", "original", weight=0.5),
+]
+
+
+def test_evidence_keeps_a_new_topic_the_turn_alone_finds_outside_the_conversation() -> None:
+    creche, remote = _hit("creche", 1, 1, 1), _hit("remote", 2, 1, 2)
+    results = [[creche, remote], [creche], [creche]]
+    decision = choose_reading(QUERIES, results, topic_hits=[remote])
+    assert decision.reading == "standalone"
+    assert 0 not in decision.keep and 1 in decision.keep
+    assert "new topic" in decision.reason
+
+
+def test_evidence_keeps_the_follow_up_when_the_turn_alone_stays_in_the_conversation() -> None:
+    vr_intern, vr = _hit("vr-intern", 1, 1, 1), _hit("vr", 2, 2, 1)
+    results = [[vr_intern, vr], [vr_intern], [vr_intern]]
+    decision = choose_reading(QUERIES, results, topic_hits=[vr, vr_intern])
+    assert decision.reading == "contextual"
+    # The user's own words are not searched beside it: alone, they pull up a sibling.
+    assert decision.keep == (0,)
+
+
+def test_evidence_keeps_the_follow_up_when_the_turn_alone_is_weak() -> None:
+    sibling, topic = _hit("spain", 1, 7, None), _hit("chile", 2, 1, 1)
+    decision = choose_reading(QUERIES, [[topic], [sibling], [sibling]], topic_hits=[topic])
+    assert decision.reading == "contextual"
+
+
+def test_readings_split_across_siblings_ask_with_their_titles_as_options() -> None:
+    titles = [
+        ("Licença-maternidade e licença-adotante", ["licenca", "maternidade", "adotante"]),
+        ("Licença-paternidade", ["licenca", "paternidade"]),
+        ("Férias — regras gerais", ["ferias", "regras", "gerais"]),
+    ]
+    options = ambiguous_documents(["quanto", "tempo", "licenca"], titles)
+    assert options == ["Licença-maternidade e licença-adotante", "Licença-paternidade"]
+    assert clarification_question(options, "pt") == (
+        "Você quer saber sobre Licença-maternidade e licença-adotante ou Licença-paternidade?"
+    )
+    # A word that names one of them settles it: no needless clarification.
+    assert ambiguous_documents(["licenca", "paternidade", "dias"], titles) == []
+
+
+def test_short_vague_question_without_history_is_a_clarification_candidate() -> None:
+    assert rewrite("quantos dias de licença?").clarify_terms
+    assert not rewrite("quando cai o 13º?").clarify_terms  # a glossary term is specific
+    assert not rewrite("quantos dias de licensa?").clarify_terms  # a typo nobody knows
+    followed = rewrite("quantos dias de licença?", "como peço férias?", "No portal.")
+    assert not followed.clarify_terms  # with a conversation, the readings decide instead
+
+
+def test_glossary_entry_that_is_an_ordinary_word_expands_only_as_the_term() -> None:
+    glossary = (GlossaryEntry("vale", "adiantamento salarial"),)
+    view = LexiconView(
+        df=LEXICON.df, n_chunks=LEXICON.n_chunks, language_words=frozenset({"vale", "isso"})
+    )
+
+    def run(text: str) -> list[str]:
+        inp = RewriteInput(text, (), glossary, language="pt")
+        return [q.text for q in rewrite_with_rules(inp, view).queries]
+
+    verb = run("isso vale para estagiário?")
+    assert verb == ["isso vale para estagiário?"]
+    assert run("como peço o vale?") == ["como peço o vale (adiantamento salarial)?"]
+
+
+def test_spelling_leaves_words_the_language_knows() -> None:
+    corpus = ["O reembolso é apagado do sistema.", "O reembolso de viagem."]
+    view = lexicon_from(corpus, corrections={"apagam": "apagado", "reenbolso": "reembolso"})
+    view = LexiconView(
+        df=view.df,
+        n_chunks=view.n_chunks,
+        corrections=view.corrections,
+        language_words=frozenset({"apagam"}),
+    )
+    result = rewrite_with_rules(RewriteInput("vcs apagam o reenbolso?", language="pt"), view)
+    assert result.corrections == {"reenbolso": "reembolso"}
+
+
+def test_placeholders_amounts_and_unknown_names_are_never_searched() -> None:
+    stats = Stats(LEXICON)
+    text = "a colaboradora Débora Kuhn, CPF [CPF_1], ganha 6.850 e o reembolso?"
+    cleaned = clean_query(text, stats, frozenset(), frozenset({"a", "e", "o"}))
+    for gone in ("Débora", "Kuhn", "[CPF_1]", "6.850"):
+        assert gone not in cleaned
+    assert "reembolso" in cleaned and "colaboradora" in cleaned
+    result = rewrite("e o reembolso, [EMAIL_1]?", "sou a Mariana, como peço férias?", "No portal.")
+    searched = " ".join(q.text for q in result.queries) + (result.safe_original or "")
+    assert "[EMAIL_1]" not in searched and "Mariana" not in searched
+
+
+def test_this_year_is_not_a_reference_to_the_conversation() -> None:
+    result = rewrite("quando sai o 13º desse ano?")
+    assert not result.needs_clarification
