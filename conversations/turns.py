@@ -38,6 +38,7 @@ from retrieval.pipeline.answer import (
 )
 from retrieval.pipeline.fusion import MergedHit
 from retrieval.pipeline.llm import ChatModel, LLMError
+from retrieval.pipeline.rewrite_rules.smalltalk import small_talk_reply
 from retrieval.pipeline.retrieve import (
     RetrievalOutcome,
     RetrievalSettings,
@@ -335,6 +336,25 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
         await _save_trace(ctx.message, outcome, outcome.errors)
 
         rewrite = outcome.rewrite
+        if rewrite.no_search and rewrite.small_talk:
+            # "obrigado!", "bom dia": a short reply, no search, no sources, no topic reopened.
+            reply = small_talk_reply(rewrite.small_talk, language)
+            answer = await _create_answer(ctx.message, Message.Status.COMPLETE, reply)
+            timings["to_done"] = since()
+            await _store_timings(ctx.message, timings, [])
+            await emit(
+                {
+                    "type": "done",
+                    "message_id": answer.id,
+                    "reply_to": message_id,
+                    "status": Message.Status.COMPLETE,
+                    "text": reply,
+                    "extractive": False,
+                    "small_talk": rewrite.small_talk,
+                    "timings_ms": timings,
+                }
+            )
+            return
         if rewrite.needs_clarification and rewrite.clarification is not None:
             answer = await _create_answer(
                 ctx.message, Message.Status.CLARIFY, rewrite.clarification.question

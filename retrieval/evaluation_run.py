@@ -189,8 +189,8 @@ async def evaluate_mode(
     glossary = await sync_to_async(glossary_for)(collection=collection)
     settings = await sync_to_async(retrieval_settings)(mode=mode)
     embedder = await sync_to_async(query_embedder_for)(collection=collection)
-    lexicon = VocabularyLexicon(engine, collection.id)
     scope = Scope(collection_id=collection.id, see_everything=True)
+    lexicon = VocabularyLexicon(engine, collection.id, scope=scope)
     report = ModeReport(mode=mode, ks=ks)
     references = references_by_task(tasks) if answers else {}
     depth = max([10, *ks])

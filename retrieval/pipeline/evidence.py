@@ -103,7 +103,7 @@ SHORT_QUESTION_TERMS = 3
 # How many of the best documents a clarification weighs, and offers at most.
 CLARIFY_DEPTH = 3
 MAX_OPTIONS = 4
-_STEM = 5  # title and question words compared by their first letters ("licença"/"licenças")
+_STEM = 6  # title and question words compared by their first letters ("licença"/"licencia")
 
 
 def _stems(words: Sequence[str]) -> frozenset[str]:
@@ -127,7 +127,16 @@ def ambiguous_documents(
     matched = [asked & _stems(words) for _, words in titles[:CLARIFY_DEPTH]]
     if any(m - matched[0] for m in matched[1:]):
         return []  # a word of the question names one of the others more than the best one
-    same = [titles[i][0] for i, m in enumerate(matched) if m == matched[0]]
+    # The best page whose title opens with the asked word ("Férias – regras gerais") is the
+    # general page on it: a page that only mentions the word later ("Pedido de demissão
+    # durante as férias") is no competing reading of it.
+    heads = [next(iter(_stems(words[:1])), "") for _, words in titles[:CLARIFY_DEPTH]]
+    general = heads[0] in matched[0]
+    same = [
+        titles[i][0]
+        for i, m in enumerate(matched)
+        if m == matched[0] and (not general or heads[i] == heads[0])
+    ]
     distinct = list(dict.fromkeys(same))
     return distinct[:MAX_OPTIONS] if len(distinct) >= 2 else []
 

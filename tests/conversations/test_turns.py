@@ -608,3 +608,35 @@ async def test_conversation_deleted_while_streaming_ends_the_turn_quietly(
     assert frames[-1]["type"] == "error"
     assert not await database_sync_to_async(Message.objects.exists)()
     assert not await database_sync_to_async(TurnTrace.objects.exists)()
+
+
+# --- turns that must not search -------------------------------------------------------------
+
+
+async def test_thanks_after_an_answer_is_answered_politely_without_searching(
+    small_kb: Any, personas: dict[str, Any]
+) -> None:
+    frames, first = await _turn(personas["ana"], QUESTION)
+    assert "sources" in _types(frames)
+    conversation_id = first.conversation_id
+
+    @database_sync_to_async
+    def store_thanks() -> Message:
+        return message_store_user(conversation=first.conversation, text="valeu, obrigado! 👍")
+
+    thanks = await store_thanks()
+    replies: list[dict[str, Any]] = []
+
+    async def emit(event: dict[str, Any]) -> None:
+        replies.append(event)
+
+    await asyncio.wait_for(turns.turn_run(message_id=thanks.id, emit=emit), WAIT_S)
+    # No sources frame: the previous topic is not reopened, and nothing was searched.
+    assert _types(replies) == ["rewrite", "done"]
+    assert replies[0]["queries"] == []
+    done = replies[-1]
+    assert done["text"].startswith("De nada!")
+    assert (done["status"], done["extractive"], done["small_talk"]) == ("complete", False, "thanks")
+    user, answer, trace = await _stored(thanks)
+    assert answer.sources == [] and answer.conversation_id == conversation_id
+    assert trace.rewrite["no_search"] is True and trace.rewrite["small_talk"] == "thanks"
