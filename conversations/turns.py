@@ -38,13 +38,13 @@ from retrieval.pipeline.answer import (
 )
 from retrieval.pipeline.fusion import MergedHit
 from retrieval.pipeline.llm import ChatModel, LLMError
-from retrieval.pipeline.rewrite_rules.smalltalk import small_talk_reply
 from retrieval.pipeline.retrieve import (
     RetrievalOutcome,
     RetrievalSettings,
     RewriteAnnouncement,
     retrieve,
 )
+from retrieval.pipeline.rewrite_rules.smalltalk import small_talk_reply
 from retrieval.pipeline.search import Scope, SearchEngine
 from retrieval.pipeline.types import GlossaryEntry, HistoryMessage
 from retrieval.services import (
