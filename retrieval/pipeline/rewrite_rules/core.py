@@ -415,10 +415,13 @@ def _clarify_terms(ctx: _Context, part: Turn) -> tuple[str, ...]:
     terms = tuple(dict.fromkeys(part.terms))
     if any(slot_of(w) == "place" for w in terms):
         return ()
-    # A word neither the documents nor the dictionary know is a typo left uncorrected: the
-    # titles cannot be compared with what was meant.
+    # A word neither the documents nor the dictionary know is a typo left uncorrected, and
+    # an acronym nobody put in the glossary ("TRI") names one thing: the titles cannot be
+    # compared with what was meant. Search it; weak results reach the staff's panel.
     known = ctx.stats.lexicon.language_words
     if ctx.stats.available and any(ctx.stats.nidf(w) is None and w not in known for w in terms):
+        return ()
+    if any(t.text.isupper() and len(t.text) > 1 and t.norm in terms for t in part.tokens):
         return ()
     own = [w for w in terms if w not in FACETS]
     return terms if 0 < len(own) <= SHORT_QUESTION_TERMS else ()
