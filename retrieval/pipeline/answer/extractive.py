@@ -68,6 +68,20 @@ _CUE_PHRASES: tuple[tuple[AnswerKind, tuple[str, ...]], ...] = (
             "what date",
             "vencimento",
             "vence",
+            # a count of days, weeks or months is a duration, not an amount of money
+            "quantos dias",
+            "qntos dias",
+            "quantas semanas",
+            "quantos meses",
+            "quantas horas",
+            "cuantos dias",
+            "cuantas semanas",
+            "cuantos meses",
+            "cuantas horas",
+            "how many days",
+            "how many weeks",
+            "how many months",
+            "how many hours",
         ),
     ),
     (
@@ -152,7 +166,13 @@ _CUE_PHRASES: tuple[tuple[AnswerKind, tuple[str, ...]], ...] = (
             "manter",
             "continua",
             "precisa",
+            "da pra",
+            "da para",
+            "tem como",
+            "consigo",
             "puedo",
+            "se puede",
+            "es posible",
             "puede",
             "tengo derecho",
             "derecho",
@@ -176,7 +196,11 @@ _KIND_CUES: tuple[tuple[AnswerKind, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(r"\b(?:" + "|".join(map(re.escape, phrases)) + r")\b"))
     for kind, phrases in _CUE_PHRASES
 )
-_CUE_WORDS = frozenset(w for _, phrases in _CUE_PHRASES for p in phrases for w in p.split())
+# The units in "quantos dias" name what is counted, a topic word ("banco de horas").
+_UNITS = frozenset({"dias", "semanas", "meses", "horas", "days", "weeks", "months", "hours"})
+_CUE_WORDS = frozenset(
+    w for _, phrases in _CUE_PHRASES for p in phrases for w in p.split() if w not in _UNITS
+)
 
 _MONTHS = (
     "janeiro|fevereiro|marco|abril|maio|junho|julho|agosto|setembro|outubro|novembro|"
@@ -247,12 +271,13 @@ _FOUND: dict[str, str] = {
 }
 
 # Tuning, measured with `manage.py evaluate --answers` on ptes-dev and the demo tasks.
-SWITCH_RATIO = 1.25  # another document leads only when its best line is this much better
+SWITCH_RATIO = 1.1  # another document leads only when its best line is this much better
 KEEP_RATIO = 0.5  # a line scoring under half the best one is filler
 MAX_LINES = 4
-WORD_BUDGET = 60  # words of the chosen lines beyond the first (steps blocks excepted)
+WORD_BUDGET = 55  # words of the chosen lines beyond the first (steps blocks excepted)
 QUERY_WEIGHT = 0.6  # words only in the rewritten queries or glossary expansions
 HEADING_WEIGHT = 0.5  # a word of the section heading counts half for each of its lines
+TOPIC_LINE_WEIGHT = 1.0  # a title or heading word that the line also has
 KIND_BONUS = 0.6
 SPECIFIC_BONUS = 0.3  # the same for a line with a figure when the question names no kind
 META_FACTOR = 0.3  # share of the best query word's weight a line of the asked kind gains
@@ -269,10 +294,19 @@ class _Line:
     block: int = -1  # numbered steps of one list share a block
 
 
+# "How does it work" asks for the rule itself, not for the steps of a request.
+_GENERAL = re.compile(
+    r"\b(?:como funciona|como e que funciona|como fica|como va|como es|how does|how do(?:es)? "
+    r"\w+ work|what are the rules)\b"
+)
+
+
 def answer_kind(question: str) -> AnswerKind | None:
     """What the question asks for, from its wording; None when it does not say."""
     text = " ".join(normalize(question).replace("?", " ").split())
     for kind, cue in _KIND_CUES:
+        if kind == "steps" and _GENERAL.search(text):
+            return None
         if cue.search(text):
             return kind
     return None
@@ -402,10 +436,11 @@ def _score(
     for stem, weight in terms.items():
         w = weight * max(0.0, idf.get(stem, default))
         best_weight = max(best_weight, w)
-        if stem in line.stems:
+        if stem in heading_stems:
+            # The document's topic: it names the document, not which of its lines answers.
+            overlap += (TOPIC_LINE_WEIGHT if stem in line.stems else HEADING_WEIGHT) * w
+        elif stem in line.stems:
             overlap += w
-        elif stem in heading_stems:
-            overlap += HEADING_WEIGHT * w
     if overlap == 0:
         return 0.0
     norm = normalize(line.text)
@@ -416,7 +451,7 @@ def _score(
     if _META.search(norm):
         overlap *= META_FACTOR
     # Earlier passages are what the search trusted most; very long lines say too much.
-    prior = max(0.6, 1.0 - 0.08 * line.rank)
+    prior = max(0.6, 1.0 - 0.12 * line.rank)
     words = len(line.text.split())
     return overlap * prior * (0.85 if words > 45 else 1.0)
 
@@ -471,7 +506,10 @@ def extractive_answer(
     if not passages:
         return label("nothing", language)
     language = language if language in _OPENERS else (detect_language(question) or "pt")
-    lines = [line for p in passages for line in _lines(p, p.number - 1)]
+    order: dict[str, int] = {}
+    for p in passages:
+        order.setdefault(_document(p), len(order))
+    lines = [line for p in passages for line in _lines(p, order[_document(p)])]
     if not lines:
         first = passages[0]
         return f"{_FOUND[language]}\n\n{_plain(first.text)[:400]} [{first.number}]"
@@ -486,7 +524,13 @@ def extractive_answer(
             found = _choose(lines, passages, terms, idf, answer_kind(part), context, limit=2)
             have = {id(line) for _, line in chosen}
             chosen += [item for item in found if id(item[1]) not in have]
-        return _render(question, language, None, chosen, subject=_joined_subjects(parts, language))
+        return _render(
+            question,
+            language,
+            None,
+            chosen,
+            subject=_joined_subjects(question, language, len(parts)),
+        )
     kind = answer_kind(question)
     terms = _question_terms(question, queries, rewrite, language)
     return _render(question, language, kind, _choose(lines, passages, terms, idf, kind, context))
@@ -499,10 +543,43 @@ def _sub_questions(question: str, rewrite: RewriteResult | None) -> list[str]:
     return [q.text for q in rewrite.queries if q.type == "decompose"][:3]
 
 
-def _joined_subjects(parts: Sequence[str], language: str) -> str:
+_PART_END = re.compile(r"[?!.;:]+(?:\s+|$)")
+_PART_JOIN = re.compile(
+    r",?\s+(?:e|y|and)\s+(?=(?:como|cómo|quanto|quanta|cuánto|cuanto|qual|cuál|cual|quando|"
+    r"cuándo|cuando|onde|dónde|donde|se|si|if|how|what|when|where)\b)",
+    re.IGNORECASE,
+)
+SUBJECT_WORDS = 6  # words of each part's subject in a two-question opening line
+
+
+def _own_parts(question: str) -> list[str]:
+    """The person's own questions in one message: its sentences, else its "e como …" halves."""
+    pieces = [(m.group(0), m.end()) for m in re.finditer(r"[^?!.;:]+[?!.;:]*", question)]
+    asked = [text for text, _ in pieces if "?" in text]
+    parts = asked if len(asked) >= 2 else [text for text, _ in pieces]
+    if len(parts) < 2:
+        parts = _PART_JOIN.split(question)
+    return [_PART_END.sub(" ", p).strip() for p in parts if p.strip()]
+
+
+def _joined_subjects(question: str, language: str, count: int) -> str:
+    """ "A e B" from the person's own words, each part's subject cut at a whole word."""
+    stop = stopwords_for(language)
+    subjects: list[str] = []
+    for part in _own_parts(question):
+        words = _subject(part, language, None).split()
+        if len(words) > SUBJECT_WORDS:
+            words = words[:SUBJECT_WORDS]
+            while words and normalize(words[-1]).strip(",") in stop:
+                words.pop()
+        subject = " ".join(words).strip(" ,")
+        if subject and subject not in subjects:
+            subjects.append(subject)
+    subjects = subjects[-max(count, 2) :]
+    if len(subjects) < 2:
+        return _subject(question, language, None)
     joiner = {"es": " y ", "en": " and "}.get(language, " e ")
-    subjects = [" ".join(_subject(p, language, None).split()[:5]) for p in parts]
-    return joiner.join(s for s in subjects if s)
+    return ", ".join(subjects[:-1]) + joiner + subjects[-1]
 
 
 def _choose(

@@ -166,3 +166,82 @@ def test_answer_kinds_in_three_languages() -> None:
     assert answer_kind("¿cómo lo solicito?") == "steps"
     assert answer_kind("can I keep the health plan?") == "condition"
     assert answer_kind("vale-refeição") is None
+
+
+def test_a_count_of_days_is_a_duration_not_an_amount() -> None:
+    assert answer_kind("preaviso baja voluntaria cuantos dias") == "duration"
+    assert answer_kind("quantos dias de folga eu tenho no casamento?") == "duration"
+    assert answer_kind("how many days of leave do I get?") == "duration"
+    assert answer_kind("quantos reais é o auxílio?") == "amount"
+
+
+def test_how_does_it_work_asks_for_the_rule_not_for_steps() -> None:
+    assert answer_kind("como funciona o banco de horas?") is None
+    assert answer_kind("¿cómo funciona el teletrabajo?") is None
+    assert answer_kind("how does the bonus work?") is None
+    assert answer_kind("como peço o auxílio-creche?") == "steps"
+
+
+def test_is_it_possible_asks_for_the_condition() -> None:
+    assert answer_kind("dá pra dividir as férias em 3 vezes?") == "condition"
+    assert answer_kind("¿se puede trasladar el día libre?") == "condition"
+
+
+def test_notice_table_row_answers_how_many_days() -> None:
+    passage = Passage(
+        1,
+        "Baja voluntaria y preaviso",
+        "Plazo de preaviso",
+        "La baja voluntaria es la extinción del contrato por decisión de la persona.\n\n"
+        "| Grupo | Preaviso |\n|---|---|\n| Personal técnico | 15 días naturales |\n"
+        "| Dirección | 30 días naturales |",
+        document="baja",
+    )
+    text = _answer("preaviso baja voluntaria cuantos dias", passage, language="es")
+    assert text.startswith("Sobre el plazo")
+    assert "15 días naturales" in text
+
+
+def _two_topics(*parts: str) -> RewriteResult:
+    return RewriteResult(queries=[SearchQuery(p, "decompose") for p in parts], backend="rules")
+
+
+def test_two_question_opening_line_uses_the_persons_whole_words() -> None:
+    reimbursement = Passage(
+        1,
+        "Reembolso de despesas de prestadores PJ",
+        "Como cobrar",
+        "Envie a nota de débito separada da nota fiscal dos serviços até o dia 5.",
+        document="pj",
+    )
+    # The rewrite expanded the acronym; the opening line keeps the person's own words.
+    rewrite = _two_topics(
+        "PJ (prestador de serviço pessoa jurídica) como cobro o reembolso das despesas",
+        "PJ (prestador de serviço pessoa jurídica) precisa nota de débito",
+    )
+    text = _answer(
+        "sou PJ, como cobro o reembolso das despesas? precisa nota de debito?",
+        reimbursement,
+        rewrite=rewrite,
+    )
+    opener = text.split("\n", 1)[0]
+    assert opener == "Sobre PJ, como cobro o reembolso e nota de debito:"
+    assert "prestador de serviço" not in opener
+
+
+def test_two_question_opening_line_in_spanish_and_english() -> None:
+    leave = Passage(1, "Permisos", "", "El matrimonio da 15 días naturales de permiso.", "p")
+    es = _answer(
+        "cuánto es la compensación por teletrabajo y cuántos días de licencia por estudio tengo?",
+        leave,
+        language="es",
+        rewrite=_two_topics("compensación por teletrabajo", "días de licencia por estudio"),
+    )
+    assert es.startswith("Sobre compensación por teletrabajo y ")
+    en = _answer(
+        "how much is the meal allowance and how do I request childcare support?",
+        leave,
+        language="en",
+        rewrite=_two_topics("meal allowance amount", "request childcare support"),
+    )
+    assert en.startswith("On meal allowance and ")
