@@ -7,6 +7,7 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 
 from conversations.models import Conversation, Feedback, Message
+from retrieval.access import documents_readable
 from retrieval.models import Chunk, Document
 
 
@@ -55,16 +56,9 @@ def history_before(*, message: Message, limit: int) -> list[Message]:
 
 
 def document_readable(*, user: User, document_id: int) -> Document:
-    """A document this user may read (public, shares a group, or superuser); 404 otherwise.
-
-    The same rule as search's `Scope`: a document without groups is public.
-    """
-    qs = Document.objects.all()
-    if not getattr(user, "is_superuser", False):
-        group_ids = list(user.groups.values_list("id", flat=True))
-        qs = qs.filter(Q(groups__isnull=True) | Q(groups__in=group_ids)).distinct()
+    """A document this user may read (public, shares a group, or superuser); 404 otherwise."""
     try:
-        return qs.get(pk=document_id)
+        return documents_readable(user=user).get(pk=document_id)
     except (Document.DoesNotExist, ValueError, TypeError) as exc:
         raise Http404("document not found") from exc
 

@@ -106,7 +106,10 @@ def chat_model() -> ChatModel | None:
 
 
 def scope_for_user(*, user: User | AnonymousUser, collection: Collection) -> Scope:
-    """What this authenticated user may read: public documents plus their groups' documents."""
+    """What this authenticated user may read: public documents plus their groups' documents.
+
+    The same rule for the ORM (pages, the admin) is `retrieval.access.documents_readable`.
+    """
     if not user.is_authenticated:
         raise PermissionError("search needs an authenticated user")
     assert isinstance(user, User)
@@ -114,6 +117,24 @@ def scope_for_user(*, user: User | AnonymousUser, collection: Collection) -> Sco
         collection_id=collection.id,
         group_ids=tuple(user.groups.values_list("id", flat=True)),
         see_everything=user.is_superuser,
+    )
+
+
+def scope_common(first: Scope, second: Scope) -> Scope:
+    """At most what both readers may read: where one person looks at another's results.
+
+    A document is readable through any one of its groups, so the groups both readers hold
+    are kept; a document of two groups, one each, falls out (less, never more).
+    """
+    if first.collection_id != second.collection_id:
+        raise ValueError("the scopes are for different collections")
+    if first.see_everything:
+        return second
+    if second.see_everything:
+        return first
+    return Scope(
+        collection_id=first.collection_id,
+        group_ids=tuple(sorted(set(first.group_ids) & set(second.group_ids))),
     )
 
 

@@ -28,6 +28,7 @@ from chatrag.admin_utils import NoAddOrChangeMixin, ObjectContextAdmin, admin_pa
 from conversations.admin.filters import FLAG_FILTERS, ReasonFilter, ReviewedFilter
 from conversations.models import AttentionTurn, Conversation, Feedback, StaffAccessLog, TurnTrace
 from conversations.review.flags import is_weak
+from conversations.review.restricted import TurnRedactor, ranking_redacted
 from conversations.review.selectors import (
     attention_traces,
     glossary_candidates_for,
@@ -48,6 +49,7 @@ from conversations.review.timeline import (
     masked_title,
     turn_review_for_trace,
 )
+from retrieval.access import RESTRICTED_PASSAGE, documents_readable
 from retrieval.models import Document, EvalCase
 from retrieval.quality.cases import eval_case_create
 from retrieval.services import default_collection
@@ -180,7 +182,7 @@ class ConversationAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[
     def change_context(self, request: HttpRequest, conversation: Conversation) -> dict[str, Any]:
         _record_access(request, conversation, "conversation timeline")
         return {
-            "timeline": conversation_timeline(conversation=conversation),
+            "timeline": conversation_timeline(conversation=conversation, viewer=_staff(request)),
             "masked_title": masked_title(conversation),
             "slow_ms": _slow_ms(),
         }
@@ -214,7 +216,9 @@ class MarkDocumentsForm(forms.Form):
     )
     note = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 80}))
 
-    def __init__(self, *args: Any, retrieved: list[tuple[str, str]], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, retrieved: list[tuple[str, str]], viewer: User, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         collection = default_collection()
         self.collection = collection
@@ -223,12 +227,15 @@ class MarkDocumentsForm(forms.Form):
         retrieved_field.choices = [(d, f"{t} ({d})") for d, t in retrieved]
         others = self.fields["others"]
         assert isinstance(others, forms.ModelMultipleChoiceField)
-        others.queryset = Document.objects.filter(collection=collection).order_by("external_id")
+        others.queryset = (
+            documents_readable(user=viewer).filter(collection=collection).order_by("external_id")
+        )
+        self.readable = others.queryset
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         ids = set(data.get("retrieved") or [])
-        documents = list(Document.objects.filter(collection=self.collection, external_id__in=ids))
+        documents = list(self.readable.filter(external_id__in=ids))
         documents += [d for d in data.get("others") or [] if d.external_id not in ids]
         if not documents and not data.get("expect_clarification"):
             raise forms.ValidationError(
@@ -326,7 +333,7 @@ class TurnTraceAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[Tur
         conversation = trace.message.conversation
         _record_access(request, conversation, "turn trace")
         return {
-            "turn": turn_review_for_trace(trace=trace),
+            "turn": turn_review_for_trace(trace=trace, viewer=_staff(request)),
             "conversation": conversation,
             "candidates": glossary_candidates_for([trace], viewer=_staff(request)).get(
                 trace.id, []
@@ -338,12 +345,15 @@ class TurnTraceAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[Tur
     def retry_view(self, request: HttpRequest, trace_id: int) -> HttpResponse:
         trace = self._trace(request, trace_id)
         _record_access(request, trace.message.conversation, "retry retrieval")
-        result = turn_retry(trace=trace)
-        before = stored_ranking(trace.search or {})
+        viewer = _staff(request)
+        result = turn_retry(trace=trace, viewer=viewer)
+        before = ranking_redacted(viewer=viewer, ranking=stored_ranking(trace.search or {}))
+        redactor = TurnRedactor.for_turn(viewer=viewer, question=trace.message)
         context = {
             "title": _("Retrieval of this turn, now"),
             "trace": trace,
-            "masked_question": trace.masked_question,
+            "masked_question": redactor.scrub(trace.masked_question),
+            "limited": not redactor.everything,
             "result": result,
             "before": before[:10],
             "after": result.documents[:10],
@@ -357,10 +367,18 @@ class TurnTraceAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[Tur
         if not request.user.has_perm("retrieval.add_evalcase"):
             raise PermissionDenied
         _record_access(request, trace.message.conversation, "mark documents")
-        retrieved = stored_ranking(trace.search or {})[:10]
-        window = [m for m in trace.masked_window or [] if isinstance(m, dict)]
+        viewer = _staff(request)
+        redactor = TurnRedactor.for_turn(viewer=viewer, question=trace.message)
+        # Only documents the staff member may read are offered (a choice's value is its id).
+        stored = stored_ranking(trace.search or {})[:10]
+        retrieved = [(d, t) for d, t in stored if redactor.hit_readable(d)]
+        hidden = len(stored) - len(retrieved)
+        window = redactor.window(
+            question=trace.message,
+            window=[m for m in trace.masked_window or [] if isinstance(m, dict)],
+        )
         if request.method == "POST":
-            form = MarkDocumentsForm(request.POST, retrieved=retrieved)
+            form = MarkDocumentsForm(request.POST, retrieved=retrieved, viewer=viewer)
             if form.is_valid():
                 case = eval_case_create(
                     collection=form.collection,
@@ -392,16 +410,18 @@ class TurnTraceAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[Tur
                 category = EvalCase.Category.STANDALONE
             form = MarkDocumentsForm(
                 initial={
-                    "question": trace.masked_question,
+                    "question": redactor.scrub(trace.masked_question),
                     "category": category,
                     "expect_clarification": trace.clarified,
                 },
                 retrieved=retrieved,
+                viewer=viewer,
             )
         context = {
             "title": _("Mark the right documents"),
             "trace": trace,
             "window": window,
+            "hidden": hidden,
             "form": form,
             "media": self.media + form.media,
         }
@@ -557,6 +577,18 @@ class AttentionTurnAdmin(ReviewListMixin, NoAddOrChangeMixin, admin.ModelAdmin[A
 # --- feedback and the access log --------------------------------------------------------------
 
 
+class FeedbackChangeList(ChangeList):
+    """Marks the page's feedback given on answers the viewer may not read (two queries)."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        rows = list(self.result_list)
+        messages_ = [r.message for r in rows] + [r.message.reply_to for r in rows]
+        redactor = TurnRedactor(viewer=_staff(request), messages=[m for m in messages_ if m])
+        for row in rows:
+            row.answer_hidden = redactor.answer_hidden(answer=row.message)
+
+
 @admin.register(Feedback)
 class FeedbackAdmin(ReviewListMixin, NoAddOrChangeMixin, admin.ModelAdmin[Feedback]):
     list_display = ["id", "conversation", "user", "value", "safe_reason", "created_at"]
@@ -565,7 +597,10 @@ class FeedbackAdmin(ReviewListMixin, NoAddOrChangeMixin, admin.ModelAdmin[Feedba
     readonly_fields = fields
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Feedback]:
-        return super().get_queryset(request).select_related("message", "user")
+        return super().get_queryset(request).select_related("message__reply_to__trace", "user")
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return FeedbackChangeList
 
     @admin.display(description=gettext_lazy("conversation"))
     def conversation(self, obj: Feedback) -> str:
@@ -573,6 +608,9 @@ class FeedbackAdmin(ReviewListMixin, NoAddOrChangeMixin, admin.ModelAdmin[Feedba
 
     @admin.display(description=gettext_lazy("reason (masked)"))
     def safe_reason(self, obj: Feedback) -> str:
+        # A reason given on an answer the viewer may not read may quote it.
+        if getattr(obj, "answer_hidden", True) and obj.reason:
+            return str(RESTRICTED_PASSAGE)
         return display_masker(obj.user).mask(obj.reason)
 
 

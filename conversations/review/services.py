@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from conversations.models import Conversation, StaffAccessLog, TurnTrace
+from conversations.models import Conversation, Message, StaffAccessLog, TurnTrace
+from conversations.review.restricted import TurnRedactor, ranking_redacted
+from conversations.selectors import history_before
 from conversations.turns import turn_context, turn_retrieve
+from retrieval.access import RESTRICTED_PASSAGE
 from retrieval.pipeline.answer import answer_language
 from retrieval.pipeline.fusion import ranked_documents
+from retrieval.pipeline.types import HistoryMessage
+from retrieval.services import scope_common, scope_for_user
 
 
 def staff_access_record(
@@ -78,18 +84,51 @@ class RetryResult:
     errors: list[str] = field(default_factory=list)
 
 
-def turn_retry(*, trace: TurnTrace) -> RetryResult:
-    """Run the retrieval half of a stored turn again, as its owner, without storing anything.
+def turn_retry(*, trace: TurnTrace, viewer: User) -> RetryResult:
+    """Run the retrieval half of a stored turn again, without storing anything.
 
-    Staff use it to check that a glossary entry or a re-indexed document fixed the turn.
+    Staff use it to check that a glossary entry or a re-indexed document fixed the turn. It
+    searches as the turn's owner would, but only over what `viewer` may read too (the
+    intersection of both scopes, vocabulary included), with earlier answers the viewer may
+    not read left out of the window; what comes back is placeholdered like the timeline.
     """
     ctx = turn_context(trace.message_id)
+    redactor = TurnRedactor.for_turn(viewer=viewer, question=ctx.message)
+    if not redactor.everything:
+        ctx = replace(
+            ctx,
+            scope=scope_common(ctx.scope, scope_for_user(user=viewer, collection=ctx.collection)),
+            history=_history_for(redactor, ctx.message, ctx.history),
+        )
     outcome = async_to_sync(turn_retrieve)(ctx, language=answer_language(ctx.question))
     titles = {m.hit.external_id: m.hit.title for m in outcome.merged}
+    ranking = [(d, titles.get(d, "")) for d in ranked_documents(outcome.merged)]
+    queries = outcome.trace_search()["queries"]
+    for query in queries:
+        query["text"] = redactor.scrub(str(query["text"]))
     return RetryResult(
         backend=outcome.rewrite.backend,
-        queries=outcome.trace_search()["queries"],
+        queries=queries,
         glossary_hits=outcome.rewrite.to_dict()["glossary_hits"],  # type: ignore[arg-type]
-        documents=[(d, titles.get(d, "")) for d in ranked_documents(outcome.merged)],
-        errors=outcome.errors,
+        documents=ranking_redacted(viewer=viewer, ranking=ranking),
+        errors=[redactor.scrub(e) for e in outcome.errors],
     )
+
+
+def _history_for(
+    redactor: TurnRedactor, question: Message, history: list[HistoryMessage]
+) -> list[HistoryMessage]:
+    """The turn's window without the earlier answers the viewer may not read."""
+    earlier = history_before(message=question, limit=settings.CHATRAG_REWRITE_WINDOW)
+    hidden = str(RESTRICTED_PASSAGE)
+    if len(earlier) != len(history):  # cannot pair them: hide every answer after a hidden one
+        drop = redactor.window_hidden(question=question)
+        return [
+            HistoryMessage(h.role, hidden) if drop and h.role == "assistant" else h for h in history
+        ]
+    return [
+        HistoryMessage(h.role, hidden)
+        if m.role == Message.Role.ASSISTANT and redactor.answer_hidden(answer=m)
+        else h
+        for m, h in zip(earlier, history, strict=True)
+    ]

@@ -2,7 +2,9 @@
 
 Traces hold masked text only; everything else shown to staff (the title, the answer, the
 users' feedback reasons) is masked here the same way before it reaches a template, so a
-review page never shows personal data the pipeline would have hidden from a model.
+review page never shows personal data the pipeline would have hidden from a model. What
+came from documents the viewing staff member may not read is a placeholder
+(`conversations.review.restricted`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from django.utils.translation import gettext_lazy as _
 
 from conversations.models import Conversation, Feedback, Message, TurnTrace
 from conversations.review.flags import STRONG_RANK, is_weak, total_ms
+from conversations.review.restricted import TurnRedactor
 from conversations.views.present import BACKEND_LABELS, QUERY_TYPE_LABELS
+from retrieval.access import RESTRICTED_DOCUMENT, RESTRICTED_PASSAGE
 from retrieval.pipeline.answer import clean_citations
 from retrieval.pipeline.masking import Masker, MaskingConfig
 from retrieval.services import known_names_for
@@ -152,7 +156,7 @@ def masked_title(conversation: Conversation) -> str:
     return display_masker(conversation.owner).mask(conversation.title or "")
 
 
-def conversation_timeline(*, conversation: Conversation) -> list[TurnReview]:
+def conversation_timeline(*, conversation: Conversation, viewer: User) -> list[TurnReview]:
     """Every turn of the conversation, oldest first, with trace, answer and feedback."""
     messages = list(conversation.messages.select_related("trace").order_by("created_at", "id"))
     feedback: dict[int, list[Feedback]] = {}
@@ -160,6 +164,7 @@ def conversation_timeline(*, conversation: Conversation) -> list[TurnReview]:
         feedback.setdefault(item.message_id, []).append(item)
     answers = {m.reply_to_id: m for m in messages if m.role == Message.Role.ASSISTANT}
     owner = conversation.owner
+    redactor = TurnRedactor(viewer=viewer, messages=messages)
     return [
         turn_review(
             question=message,
@@ -167,13 +172,14 @@ def conversation_timeline(*, conversation: Conversation) -> list[TurnReview]:
             answer=answers.get(message.id),
             feedback=feedback.get(answers[message.id].id, []) if message.id in answers else [],
             owner=owner,
+            redactor=redactor,
         )
         for message in messages
         if message.role == Message.Role.USER
     ]
 
 
-def turn_review_for_trace(*, trace: TurnTrace) -> TurnReview:
+def turn_review_for_trace(*, trace: TurnTrace, viewer: User) -> TurnReview:
     """One turn, for the trace's own page."""
     question = trace.message
     answer = (
@@ -190,6 +196,7 @@ def turn_review_for_trace(*, trace: TurnTrace) -> TurnReview:
         answer=answer,
         feedback=feedback,
         owner=question.conversation.owner,
+        redactor=TurnRedactor.for_turn(viewer=viewer, question=question),
     )
 
 
@@ -207,8 +214,9 @@ def turn_review(
     answer: Message | None,
     feedback: list[Feedback],
     owner: User,
+    redactor: TurnRedactor,
 ) -> TurnReview:
-    """Reshape one stored turn for the review templates (no queries)."""
+    """Reshape one stored turn for the review templates, as `redactor`'s viewer may see it."""
     masker = display_masker(owner)
     masked_question = trace.masked_question if trace and trace.masked_question else ""
     review = TurnReview(
@@ -223,8 +231,13 @@ def turn_review(
     review.feedback = [
         FeedbackRow(f.value, masker.mask(f.reason), f.user.get_username()) for f in feedback
     ]
-    if trace is None:
-        return review
+    if trace is not None:
+        _add_trace(review, trace, feedback)
+    _redact(review, redactor, question=question, answer=answer)
+    return review
+
+
+def _add_trace(review: TurnReview, trace: TurnTrace, feedback: list[Feedback]) -> None:
     review.trace_id = trace.id
     review.reviewed = trace.reviewed_at is not None
     review.window = [
@@ -237,7 +250,43 @@ def turn_review(
     _add_timings(review, trace.timings_ms or {})
     review.errors = [str(e) for e in trace.errors or []]
     review.flags = _flags(trace, review, feedback)
-    return review
+
+
+def _redact(
+    review: TurnReview, redactor: TurnRedactor, *, question: Message, answer: Message | None
+) -> None:
+    """Placeholders for what came from documents the viewer may not read (flags stay)."""
+    if redactor.everything:
+        return
+    scrub = redactor.scrub
+    review.masked_question = scrub(review.masked_question)
+    review.window = redactor.window(question=question, window=review.window)
+    for hit in review.hits:
+        hit.title = redactor.hit_title(hit.title, hit.document)
+        hit.document = redactor.hit_document(hit.document)
+    for source in review.sources:
+        if not redactor.source_readable(source.document_id):
+            source.title, source.section = str(RESTRICTED_DOCUMENT), ""
+            source.document_id = None
+    if answer is not None and redactor.answer_hidden(answer=answer):
+        review.answer_text = str(RESTRICTED_PASSAGE)
+        # A reason given on such an answer may quote it.
+        for item in review.feedback:
+            item.reason = str(RESTRICTED_PASSAGE) if item.reason else ""
+    for item in review.feedback:
+        item.reason = scrub(item.reason)
+    review.answer_error = scrub(review.answer_error)
+    for query in review.queries:
+        query.text = scrub(query.text)
+    review.notes = [scrub(n) for n in review.notes]
+    review.anomalies = [scrub(a) for a in review.anomalies]
+    review.errors = [scrub(e) for e in review.errors]
+    review.rewrite_error = scrub(review.rewrite_error)
+    if review.clarification:
+        clarification = dict(review.clarification)
+        clarification["question"] = scrub(str(clarification.get("question") or ""))
+        clarification["options"] = [scrub(str(o)) for o in clarification.get("options") or []]
+        review.clarification = clarification
 
 
 def _add_answer(review: TurnReview, answer: Message, owner: User) -> None:

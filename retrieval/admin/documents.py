@@ -20,6 +20,7 @@ from chatrag.admin_utils import (
     admin_page,
     request_user,
 )
+from retrieval.access import documents_readable
 from retrieval.admin.forms import DocumentUploadForm
 from retrieval.admin.progress import ProgressMixin
 from retrieval.documents import documents_delete, documents_reindex, documents_upload
@@ -92,9 +93,9 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
     actions = ["reindex"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Document]:
+        # Staff see (list, search, open, re-index, delete) only the documents they may read.
         return (
-            super()
-            .get_queryset(request)
+            documents_readable(user=request.user, documents=super().get_queryset(request))
             .select_related("collection")
             .prefetch_related("groups")
             .annotate(n_chunks=Count("chunks"))
@@ -193,7 +194,9 @@ class IngestionJobAdmin(ProgressMixin, NoAddOrChangeMixin, ObjectContextAdmin[In
             "running": job.status in {IngestionJob.Status.QUEUED, IngestionJob.Status.RUNNING},
             "report": job.report or {},
             "documents": (
-                Document.objects.filter(collection=job.collection, pk__in=job.document_ids)
+                documents_readable(user=request.user).filter(
+                    collection=job.collection, pk__in=job.document_ids
+                )
                 if job.document_ids
                 else None
             ),

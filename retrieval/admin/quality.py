@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db.models import Count, QuerySet
+from django.db.models import Count, ManyToManyField, QuerySet
+from django.forms import ModelMultipleChoiceField
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, reverse
 from django.utils.html import format_html
@@ -13,6 +14,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from chatrag.admin_utils import ObjectContextAdmin, admin_page, request_user
+from retrieval.access import DocumentAccess, document_access, documents_readable
 from retrieval.admin.forms import EvaluationRunForm
 from retrieval.admin.progress import ProgressMixin
 from retrieval.evaluation import EvaluationInputError
@@ -61,6 +63,34 @@ class EvalCaseAdmin(admin.ModelAdmin[EvalCase]):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[EvalCase]:
         return super().get_queryset(request).annotate(n_relevant=Count("relevant_documents"))
+
+    def get_search_fields(self, request: HttpRequest) -> list[str]:
+        # Searching by document id would tell who may not read them which ids exist.
+        fields = list(super().get_search_fields(request))
+        if request.user.is_superuser:
+            return fields
+        return [f for f in fields if not f.startswith("relevant_documents")]
+
+    def formfield_for_manytomany(
+        self, db_field: ManyToManyField[Any, Any], request: HttpRequest, **kwargs: Any
+    ) -> ModelMultipleChoiceField | None:
+        # Only documents the staff member may read are listed (a document's label is its title).
+        if db_field.name == "relevant_documents":
+            kwargs["queryset"] = documents_readable(user=request.user).order_by("external_id")
+        return super().formfield_for_manytomany(db_field, request, **kwargs)
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        # Right documents this staff member may not see stay on the case: not listed is not
+        # unmarked.
+        case = form.instance
+        kept = (
+            list(case.relevant_documents.exclude(pk__in=documents_readable(user=request.user)))
+            if change
+            else []
+        )
+        super().save_related(request, form, formsets, change)
+        if kept:
+            case.relevant_documents.add(*kept)
 
     @admin.display(description=gettext_lazy("right documents"), ordering="n_relevant")
     def relevant_count(self, obj: EvalCase) -> int:
@@ -233,14 +263,31 @@ class EvaluationRunAdmin(ProgressMixin, ObjectContextAdmin[EvaluationRun]):
             "chart": run_history(run, metric=metric),
             "metrics": run_metrics(run),
             "metric": metric,
-            "task_rows": _task_rows(rows, questions, run.modes),
+            "task_rows": _task_rows(
+                rows, questions, run.modes, access=_run_access(request, run, rows)
+            ),
         }
 
 
+def _run_access(
+    request: HttpRequest, run: EvaluationRun, rows: list[dict[str, Any]]
+) -> DocumentAccess:
+    """Which of the run's documents this staff member may read (their ids name them)."""
+    ids = {d for row in rows for d in [*row.get("relevant", []), *(row.get("ranked") or [])[:1]]}
+    return document_access(user=request.user, collection=run.collection, external_ids=ids)
+
+
 def _task_rows(
-    rows: list[dict[str, Any]], questions: dict[str, str], modes: list[str]
+    rows: list[dict[str, Any]],
+    questions: dict[str, str],
+    modes: list[str],
+    *,
+    access: DocumentAccess,
 ) -> list[dict[str, Any]]:
-    """Per task: the question and MRR@10 and the first document per mode, worst first."""
+    """Per task: the question and MRR@10 and the first document per mode, worst first.
+
+    Documents the viewer may not read are shown as placeholders.
+    """
     by_task: dict[str, dict[str, Any]] = {}
     for row in rows:
         task = by_task.setdefault(
@@ -249,13 +296,13 @@ def _task_rows(
                 "id": row["id"],
                 "category": row.get("category", ""),
                 "question": questions.get(row["id"], ""),
-                "relevant": row.get("relevant", []),
+                "relevant": [access.external_id(d) for d in row.get("relevant", [])],
                 "modes": {},
             },
         )
         task["modes"][row["mode"]] = {
             "mrr": row.get("mrr@10", 0.0),
-            "first": (row.get("ranked") or ["–"])[0],
+            "first": access.external_id(row["ranked"][0]) if row.get("ranked") else "–",
             "clarified": row.get("clarified", False),
         }
     tasks = list(by_task.values())

@@ -89,7 +89,7 @@ def test_failing_question_is_on_the_panel_and_its_glossary_entry_fixes_it(
     assert retry.context["after"][0][0] == RIGHT
     assert retry.context["before"][0][0] != RIGHT
     assert "TRI → trabalho remoto integral" in retry.content.decode()
-    assert turn_retry(trace=failing).documents[0][0] == RIGHT
+    assert turn_retry(trace=failing, viewer=boss).documents[0][0] == RIGHT
 
     # The same question asked again retrieves the right document, and is not flagged.
     fixed = _ask(personas["ana"], QUESTION)

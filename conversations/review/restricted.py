@@ -1,0 +1,185 @@
+"""What one staff member may see of stored turns: restricted documents become placeholders.
+
+The rule (README, "Security"): staff see a restricted document's title, id, passages and
+source card, and any answer written from it, only if they may read the document themselves
+(`retrieval.access.documents_readable`, the chat's rule); superusers see everything. So:
+
+- a hit or a source of a document the viewer may not read shows "[restricted document]";
+- an answer is hidden ("[restricted passage]") when one of the passages it was written from
+  is unreadable (a model reads every passage it is given, cited or not), or when it names an
+  unreadable document's title (a clarification offers titles as options);
+- free text that the pipeline derived from hits (clarification question and options, notes,
+  queries) has those titles replaced;
+- an assistant message in a later turn's window is hidden once an earlier answer of the
+  conversation was hidden (the window is the same text, masked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.contrib.auth.models import User
+
+from conversations.models import Message, TurnTrace
+from retrieval.access import (
+    RESTRICTED_DOCUMENT,
+    RESTRICTED_PASSAGE,
+    DocumentAccess,
+    document_access,
+)
+from retrieval.services import default_collection
+
+
+def _trace_of(message: Message) -> TurnTrace | None:
+    try:
+        return message.trace
+    except TurnTrace.DoesNotExist:
+        return None
+
+
+def _sources(answer: Message | None) -> list[dict[str, Any]]:
+    return [s for s in (answer.sources if answer else None) or [] if isinstance(s, dict)]
+
+
+def _hits(trace: TurnTrace | None) -> list[dict[str, Any]]:
+    hits = ((trace.search if trace else None) or {}).get("hits") or []
+    return [h for h in hits if isinstance(h, dict)]
+
+
+class TurnRedactor:
+    """The placeholders one viewer gets on the turns of one conversation (two queries at most).
+
+    Built from every message of the conversation, oldest first, so that a turn's window
+    knows whether an earlier answer was hidden.
+    """
+
+    def __init__(self, *, viewer: User, messages: Sequence[Message]) -> None:
+        self.viewer = viewer
+        questions = [m for m in messages if m.role == Message.Role.USER]
+        answers = [m for m in messages if m.role == Message.Role.ASSISTANT]
+        self.access: DocumentAccess = document_access(
+            user=viewer,
+            collection=default_collection(),
+            document_ids=[s.get("document_id") for a in answers for s in _sources(a)],
+            external_ids=[h.get("document") for q in questions for h in _hits(_trace_of(q))],
+        )
+        answer_of = {a.reply_to_id: a for a in answers if a.reply_to_id is not None}
+        # Every unreadable title of the conversation: a later message may repeat one (a
+        # clarification option, once clicked, is the person's next question).
+        self.titles: set[str] = set()
+        for question in questions:
+            self.titles |= self._unreadable_titles(question, answer_of.get(question.id))
+        # The first hidden answer: assistant text in later windows may repeat it.
+        self._hidden_from: int | None = None
+        for question in sorted(questions, key=lambda m: (m.created_at, m.id)):
+            answer = answer_of.get(question.id)
+            if answer is not None and self.answer_hidden(answer=answer):
+                self._hidden_from = answer.id
+                break
+
+    @classmethod
+    def for_turn(cls, *, viewer: User, question: Message) -> TurnRedactor:
+        """For one turn's own pages (the whole conversation: a later turn may name a title)."""
+        messages = list(
+            Message.objects.filter(conversation_id=question.conversation_id)
+            .select_related("trace")
+            .order_by("created_at", "id")
+        )
+        return cls(viewer=viewer, messages=messages)
+
+    # --- what is unreadable ---------------------------------------------------------------
+
+    def _unreadable_titles(self, question: Message, answer: Message | None) -> set[str]:
+        if self.access.everything:
+            return set()
+        titles = {
+            str(h.get("title") or "").strip()
+            for h in _hits(_trace_of(question))
+            if not self.access.can_read(external_id=h.get("document"))
+        }
+        titles |= {
+            str(s.get("title") or "").strip()
+            for s in _sources(answer)
+            if not self.access.can_read(document_id=s.get("document_id"))
+        }
+        return {t for t in titles if t}
+
+    @property
+    def everything(self) -> bool:
+        return self.access.everything
+
+    def answer_hidden(self, *, answer: Message) -> bool:
+        """Whether the answer was written from, or names, a document the viewer may not read."""
+        if self.access.everything:
+            return False
+        if any(not self.source_readable(s.get("document_id")) for s in _sources(answer)):
+            return True
+        text = answer.text.casefold()
+        return any(t.casefold() in text for t in self.titles)
+
+    def window_hidden(self, *, question: Message) -> bool:
+        """Whether assistant text in this turn's window may repeat a hidden answer."""
+        return self._hidden_from is not None and self._hidden_from < question.id
+
+    # --- placeholders ---------------------------------------------------------------------
+
+    def hit_readable(self, external_id: object) -> bool:
+        return self.access.can_read(external_id=external_id)
+
+    def hit_title(self, title: str, external_id: object) -> str:
+        return self.access.title(title, external_id=external_id)
+
+    def hit_document(self, external_id: str) -> str:
+        return self.access.external_id(external_id)
+
+    def source_title(self, title: str, document_id: object) -> str:
+        return self.access.title(title, document_id=document_id)
+
+    def source_readable(self, document_id: object) -> bool:
+        return self.access.can_read(document_id=document_id)
+
+    def window(
+        self, *, question: Message, window: Iterable[dict[str, str]]
+    ) -> list[dict[str, str]]:
+        """The masked window, with assistant text hidden after a hidden answer."""
+        hide = self.window_hidden(question=question)
+        return [
+            {**m, "text": str(RESTRICTED_PASSAGE)}
+            if hide and m.get("role") == "assistant"
+            else {**m, "text": self.scrub(str(m.get("text", "")))}
+            for m in window
+        ]
+
+    def scrub(self, text: str) -> str:
+        """Text with every unreadable title of the conversation replaced by the placeholder."""
+        for title in sorted(self.titles, key=len, reverse=True):
+            if title and title.casefold() in text.casefold():
+                text = _replace_folded(text, title, str(RESTRICTED_DOCUMENT))
+        return text
+
+    def ranking(self, ranking: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        """(external id, title) pairs, as the retry and marking pages list them."""
+        return [(self.hit_document(d), self.hit_title(t, d)) for d, t in ranking]
+
+
+def ranking_redacted(*, viewer: User, ranking: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(external id, title) pairs of the chat's collection, placeholdered for this viewer."""
+    access = document_access(
+        user=viewer, collection=default_collection(), external_ids=[d for d, _ in ranking]
+    )
+    return [(access.external_id(d), access.title(t, external_id=d)) for d, t in ranking]
+
+
+def _replace_folded(text: str, old: str, new: str) -> str:
+    """Replace `old` in `text` ignoring case (titles are matched the way answers quote them)."""
+    folded, target = text.casefold(), old.casefold()
+    if len(folded) != len(text):  # casefold changed lengths (ß → ss): hide the whole text
+        return new
+    out, start = [], 0
+    while (found := folded.find(target, start)) >= 0:
+        out.append(text[start:found])
+        out.append(new)
+        start = found + len(target)
+    out.append(text[start:])
+    return "".join(out)

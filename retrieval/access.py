@@ -1,0 +1,118 @@
+"""Who may read which document, as the ORM and the staff pages need it.
+
+The rule is the chat's (`retrieval.services.scope_for_user`, enforced in the search SQL): a
+document without groups is public, one with groups is readable by their members, and a
+superuser reads everything. `documents_readable` is its ORM form and the only one; the chat's
+document page, the admin and the review pages all call it.
+
+Staff pages show what a stored turn or an evaluation retrieved. For a document the staff
+member may not read they show a placeholder instead of its title, id and passages, and an
+answer written from it is not shown at all (see `DocumentAccess`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AnonymousUser, User
+from django.db.models import Exists, OuterRef, QuerySet
+from django.utils.functional import Promise
+from django.utils.translation import gettext_lazy as _
+
+from retrieval.models import Collection, Document
+
+RESTRICTED_DOCUMENT: Promise = _("[restricted document]")
+RESTRICTED_PASSAGE: Promise = _("[restricted passage]")
+
+
+def documents_readable(
+    *, user: User | AnonymousUser, documents: QuerySet[Document] | None = None
+) -> QuerySet[Document]:
+    """The documents this user may read: public ones, those of their groups, all for a superuser.
+
+    `documents` narrows a queryset of the caller's (the admin's). No join on the groups
+    (`Exists`), so the queryset can be annotated and counted as is.
+    """
+    documents = Document.objects.all() if documents is None else documents
+    if not user.is_authenticated or not user.is_active:
+        return documents.none()
+    if user.is_superuser:
+        return documents
+    links = Document.groups.through.objects.filter(document_id=OuterRef("pk"))
+    shared = links.filter(group_id__in=user.groups.values("id"))
+    return documents.filter(~Exists(links) | Exists(shared))
+
+
+@dataclass(frozen=True)
+class DocumentAccess:
+    """Which documents of a page one viewer may read, resolved in one query.
+
+    Documents are named as the stored traces name them: by primary key (sources) or by
+    external id in the chat's collection (hits). A document that is not there any more
+    cannot have its groups checked and counts as unreadable (fail closed), except for a
+    superuser, who reads everything.
+    """
+
+    everything: bool
+    ids: frozenset[int] = frozenset()
+    external_ids: frozenset[str] = frozenset()
+
+    def can_read(self, *, document_id: object = None, external_id: object = None) -> bool:
+        if self.everything:
+            return True
+        if document_id is not None:
+            return _as_int(document_id) in self.ids
+        if external_id is not None:
+            return str(external_id) in self.external_ids
+        return False
+
+    def title(self, title: str, *, document_id: object = None, external_id: object = None) -> str:
+        """The title, or the placeholder for a document the viewer may not read."""
+        if self.can_read(document_id=document_id, external_id=external_id):
+            return title
+        return str(RESTRICTED_DOCUMENT)
+
+    def external_id(self, external_id: str) -> str:
+        """The document's id (a path that names it), or the placeholder."""
+        return external_id if self.can_read(external_id=external_id) else str(RESTRICTED_DOCUMENT)
+
+
+def document_access(
+    *,
+    user: User | AnonymousUser,
+    collection: Collection,
+    document_ids: Iterable[object] = (),
+    external_ids: Iterable[object] = (),
+) -> DocumentAccess:
+    """What this viewer may read among these documents (by pk, or by external id)."""
+    if user.is_authenticated and user.is_active and user.is_superuser:
+        return DocumentAccess(everything=True)
+    ids = {i for i in (_as_int(d) for d in document_ids) if i is not None}
+    names = {str(e) for e in external_ids if e is not None}
+    if not ids and not names:
+        return DocumentAccess(everything=False)
+    readable = documents_readable(user=user)
+    return DocumentAccess(
+        everything=False,
+        ids=frozenset(readable.filter(pk__in=ids).values_list("pk", flat=True))
+        if ids
+        else frozenset(),
+        external_ids=frozenset(
+            readable.filter(collection=collection, external_id__in=names).values_list(
+                "external_id", flat=True
+            )
+        )
+        if names
+        else frozenset(),
+    )
+
+
+def _as_int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
