@@ -25,7 +25,7 @@ from retrieval.pipeline.rewrite_rules.lexicon import (
     correct_spelling,
     word_parts,
 )
-from retrieval.pipeline.rewrite_rules.slots import slot_of
+from retrieval.pipeline.rewrite_rules.slots import place_variants, slot_of
 from retrieval.pipeline.rewrite_rules.smalltalk import small_talk_kind
 from retrieval.pipeline.rewrite_rules.split import split_questions
 from retrieval.pipeline.text import (
@@ -335,6 +335,20 @@ def _used_as_term(tokens: list[Token], index: int) -> bool:
     return index > 0 and tokens[index - 1].norm in _TERM_BEFORE
 
 
+def _with_place_names(text: str) -> str:
+    """Name a country in the other languages too: "no Uruguai" -> "no Uruguai (Uruguay)"."""
+    present = {t.norm for t in token_spans(text)}
+    insertions: list[tuple[int, str]] = []
+    for token in token_spans(text):
+        missing = [v for v in place_variants(token.norm) if normalize(v) not in present]
+        if missing:
+            insertions.append((token.end, f" ({' '.join(missing)})"))
+            present.update(normalize(v) for v in missing)
+    for position, insert in reversed(insertions):
+        text = text[:position] + insert + text[position:]
+    return text
+
+
 def _add_query(
     ctx: _Context,
     text: str,
@@ -342,7 +356,7 @@ def _add_query(
     seen: set[str],
     reading: Reading | None = None,
 ) -> None:
-    text = clean_query(text, ctx.stats, ctx.protected, ctx.stopwords)
+    text = _with_place_names(clean_query(text, ctx.stats, ctx.protected, ctx.stopwords))
     hits = _glossary_senses(ctx, text)
     question_terms = {h.term for h in find_glossary_hits(ctx.inp.question, ctx.inp.glossary)}
     expanded = expand_with_glossary(text, hits)
