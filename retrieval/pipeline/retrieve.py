@@ -284,7 +284,12 @@ async def retrieve(
         await on_rewrite(RewriteAnnouncement(rewrite, queries, masker, list(errors)))
 
     t = time.perf_counter()
-    merged = merge_results(queries, results, strategy=settings.fusion, rrf_k=settings.rrf_k)
+    # A message split into questions: each question's best passage competes on equal
+    # terms ("max"), so one topic's passages, found again by the user's own words, do not
+    # push the other topic's out of the cut.
+    split = any(q.type == "decompose" for q in queries)
+    strategy: FusionStrategy = "max" if split else settings.fusion
+    merged = merge_results(queries, results, strategy=strategy, rrf_k=settings.rrf_k)
     passages = cut_passages(
         merged, limit=settings.passages, max_per_document=settings.max_per_document
     )
