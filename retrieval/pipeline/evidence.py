@@ -51,10 +51,17 @@ def _documents(hits: Sequence[Hit]) -> list[str]:
 
 
 def _confident(hits: Sequence[Hit]) -> bool:
+    """Tell whether both legs put the best document's passages at the top.
+
+    By document, not by passage: one section of a page may lead the vector leg and another
+    the full-text leg.
+    """
     if not hits:
         return False
-    top = hits[0]
-    return (top.vector_rank or 999) <= CONFIDENT_RANK and (top.text_rank or 999) <= CONFIDENT_RANK
+    best = [h for h in hits if h.external_id == hits[0].external_id]
+    vector = min((h.vector_rank or 999) for h in best)
+    text = min((h.text_rank or 999) for h in best)
+    return vector <= CONFIDENT_RANK and text <= CONFIDENT_RANK
 
 
 def choose_reading(
