@@ -23,7 +23,7 @@ from .masking import Masker, MaskingConfig
 from .rewrite_llm import rewrite_with_llm
 from .rewrite_rules import lexicon_words, rewrite_with_rules
 from .search import Scope, SearchEngine, SearchParams, SearchRequest
-from .text import content_terms, normalize
+from .text import content_terms, detect_language, normalize
 from .types import (
     Clarification,
     HistoryMessage,
@@ -200,7 +200,11 @@ def _decide_reading(
         return queries, results
     rewrite.decision = decision.reason
     rewrite.notes.append(f"evidence: {decision.reason}")
-    return [queries[i] for i in decision.keep], [results[i] for i in decision.keep]
+    kept = [
+        replace(q, weight=q.weight * decision.standalone_weight) if q.reading == "standalone" else q
+        for q in (queries[i] for i in decision.keep)
+    ]
+    return kept, [results[i] for i in decision.keep]
 
 
 async def retrieve(
@@ -293,7 +297,7 @@ async def retrieve(
     passages = cut_passages(
         merged, limit=settings.passages, max_per_document=settings.max_per_document
     )
-    _clarify_from_evidence(rewrite, merged, language)
+    _clarify_from_evidence(rewrite, merged, language or detect_language(masked_question))
     timings["merge"] = _ms(t)
     return RetrievalOutcome(
         masked_question=masked_question,

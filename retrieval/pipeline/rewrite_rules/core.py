@@ -15,6 +15,7 @@ from retrieval.pipeline.rewrite_rules.context import (
     assess,
     make_turn,
     plan_carry,
+    points_back,
     topic_swap,
 )
 from retrieval.pipeline.rewrite_rules.cues import FACETS, is_hypothetical
@@ -85,6 +86,8 @@ Reading = Literal["standalone", "contextual"]
 # Words of its own (beyond facets) up to which a question with nothing to carry may be too
 # vague to search without asking which of its readings is meant.
 SHORT_QUESTION_TERMS = 3
+# Content words up to which a turn that points back at nothing is only a pointer.
+POINTING_ALONE_TERMS = 2
 # The caller looks up at most this many words in one query.
 LEXICON_LIMIT = 200
 _EDGES = " ¿?¡!.,;:"
@@ -477,6 +480,11 @@ def _add_readings(
         contextual = f"{standalone.rstrip(_EDGES)} {plan.phrase}"
         ctx.result.notes.append(f"may follow up on '{plan.phrase}': searched with and without it")
     ctx.result.topic = clean_query(ctx.topic, ctx.stats, ctx.protected, ctx.stopwords) or None
+    if carried and points_back(part, dependency, ctx.lang, ctx.stopwords):
+        # "e para PJ?": only the topic-aware reading; the user's words alone would pull up
+        # a sibling (another country's, another audience's page).
+        _add_query(ctx, contextual, "expand", seen, reading="contextual")
+        return
     ctx.result.new_terms = tuple(
         w
         for w in dict.fromkeys(part.terms)
@@ -514,8 +522,11 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
         context, source = (users, "user turn") if index == 0 else (resolved, "part")
         query, dependency, carried, swap = _resolve(ctx, part, context, label, source)
         pointing = dependency.kind in ("anaphor", "ellipsis")
-        if index == 0 and pointing and not carried and not _has_topic(ctx, users):
-            _ask_to_clarify(ctx, users)  # "e isso?" with nothing before it; still search
+        # "e isso?", "y en Chile?" with nothing before them; a longer turn names its own
+        # subject ("where does doctor strange get his powers from"). Still searched.
+        vague = len(set(part.terms)) <= POINTING_ALONE_TERMS
+        if index == 0 and pointing and vague and not carried and not _has_topic(ctx, users):
+            _ask_to_clarify(ctx, users)
         query_type: QueryType = "expand" if carried else "normalize"
         if len(parts) > 1:
             query, query_type = query.strip(_EDGES), "decompose"
