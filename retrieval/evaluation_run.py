@@ -263,6 +263,7 @@ def task_row(
             if clarified and rewrite.clarification
             else None
         ),
+        "decision": rewrite.decision,
         "expect_clarification": task.expect_clarification,
         "expect_no_search": task.expect_no_search,
         "ambiguous_between": sorted(task.ambiguous_between),

@@ -8,6 +8,8 @@ from a new question ("e o auxílio-creche, qual o valor?"); the results can:
 - a new topic: the turn alone finds one document confidently (top of both the vector and
   the full-text leg), the topic-aware search agrees on it, and the topic's own search does
   not reach it: the conversation adds nothing, so only the turn's own words are searched;
+- a drift: the turn alone reaches none of the documents the conversation's topic reaches,
+  yet is no clear new topic: both readings are searched, fused equally;
 - otherwise a follow-up: only the topic-aware reading is kept, and the user's own words are
   not searched beside it (alone, they pulled up a sibling document: another country's or
   another audience's page).
@@ -32,6 +34,8 @@ CONFIDENT_RANK = 3
 NEIGHBOURHOOD = 5
 # Rare words of its own, unseen in the conversation, that make a turn name a new topic.
 NEW_TERMS = 3
+# When undecided, the turn's own reading counts this much beside the topic-aware one.
+BOTH_STANDALONE_WEIGHT = 1.0
 
 
 @dataclass(frozen=True)
@@ -39,8 +43,10 @@ class ReadingDecision:
     """Which queries to search with, and why (for the trace)."""
 
     keep: tuple[int, ...]  # indexes into the turn's queries
-    reading: str | None  # "standalone", "contextual" or None when there was nothing to decide
+    # Weight of the turn's own reading when both are searched (it is the weaker evidence).
+    reading: str | None  # "standalone", "contextual", "both", or None: nothing to decide
     reason: str
+    standalone_weight: float = 1.0
 
 
 def _documents(hits: Sequence[Hit]) -> list[str]:
@@ -51,10 +57,17 @@ def _documents(hits: Sequence[Hit]) -> list[str]:
 
 
 def _confident(hits: Sequence[Hit]) -> bool:
+    """Tell whether both legs put the best document's passages at the top.
+
+    By document, not by passage: one section of a page may lead the vector leg and another
+    the full-text leg.
+    """
     if not hits:
         return False
-    top = hits[0]
-    return (top.vector_rank or 999) <= CONFIDENT_RANK and (top.text_rank or 999) <= CONFIDENT_RANK
+    best = [h for h in hits if h.external_id == hits[0].external_id]
+    vector = min((h.vector_rank or 999) for h in best)
+    text = min((h.text_rank or 999) for h in best)
+    return vector <= CONFIDENT_RANK and text <= CONFIDENT_RANK
 
 
 def choose_reading(
@@ -70,7 +83,10 @@ def choose_reading(
     if contextual is None:
         return ReadingDecision(everything, None, "")
     others = tuple(i for i, q in enumerate(queries) if q.reading is None and q.type != "original")
-    if standalone is None or not results[standalone]:
+    if standalone is None:
+        keep = tuple(sorted((contextual, *others)))
+        return ReadingDecision(keep, "contextual", "follow-up: the turn points back at it")
+    if not results[standalone]:
         keep = tuple(sorted((contextual, *others)))
         return ReadingDecision(keep, "contextual", "follow-up: the turn alone finds nothing")
     alone = _documents(results[standalone])
@@ -87,6 +103,14 @@ def choose_reading(
             f"conversation's documents ({why}: {', '.join(new_terms) or '-'})"
         )
         return ReadingDecision(keep, "standalone", reason)
+    if around and not set(alone[:NEIGHBOURHOOD]) & set(around):
+        # The turn alone reaches none of the conversation's documents, yet does not stand
+        # out as a new topic: a drift ("and what about its side effects?") as often as a
+        # follow-up. Both readings are searched, fused equally (the user's words are the
+        # plain reading already).
+        keep = tuple(sorted((contextual, standalone, *others)))
+        reason = "undecided: the turn alone finds none of the conversation's documents"
+        return ReadingDecision(keep, "both", reason, BOTH_STANDALONE_WEIGHT)
     keep = tuple(sorted((contextual, *others)))
     if around and alone[0] in around:
         reason = f"follow-up: the turn alone stays among the conversation's documents ({alone[0]})"
@@ -132,10 +156,16 @@ def ambiguous_documents(
     # durante as férias") is no competing reading of it.
     heads = [next(iter(_stems(words[:1])), "") for _, words in titles[:CLARIFY_DEPTH]]
     general = heads[0] in matched[0]
+    # Readings are siblings only when their titles share a word ("Assistência médica — …",
+    # "Assistência odontológica — …"): unrelated pages the words fail to tell apart mean a
+    # weak search, not an ambiguous question.
+    first = _stems(titles[0][1])
     same = [
         titles[i][0]
         for i, m in enumerate(matched)
-        if m == matched[0] and (not general or heads[i] == heads[0])
+        if m == matched[0]
+        and (not general or heads[i] == heads[0])
+        and (i == 0 or bool(first & _stems(titles[i][1])))
     ]
     distinct = list(dict.fromkeys(same))
     return distinct[:MAX_OPTIONS] if len(distinct) >= 2 else []

@@ -23,7 +23,7 @@ from .masking import Masker, MaskingConfig
 from .rewrite_llm import rewrite_with_llm
 from .rewrite_rules import lexicon_words, rewrite_with_rules
 from .search import Scope, SearchEngine, SearchParams, SearchRequest
-from .text import content_terms, normalize
+from .text import content_terms, detect_language, normalize
 from .types import (
     Clarification,
     HistoryMessage,
@@ -200,7 +200,11 @@ def _decide_reading(
         return queries, results
     rewrite.decision = decision.reason
     rewrite.notes.append(f"evidence: {decision.reason}")
-    return [queries[i] for i in decision.keep], [results[i] for i in decision.keep]
+    kept = [
+        replace(q, weight=q.weight * decision.standalone_weight) if q.reading == "standalone" else q
+        for q in (queries[i] for i in decision.keep)
+    ]
+    return kept, [results[i] for i in decision.keep]
 
 
 async def retrieve(
@@ -284,11 +288,16 @@ async def retrieve(
         await on_rewrite(RewriteAnnouncement(rewrite, queries, masker, list(errors)))
 
     t = time.perf_counter()
-    merged = merge_results(queries, results, strategy=settings.fusion, rrf_k=settings.rrf_k)
+    # A message split into questions: each question's best passage competes on equal
+    # terms ("max"), so one topic's passages, found again by the user's own words, do not
+    # push the other topic's out of the cut.
+    split = any(q.type == "decompose" for q in queries)
+    strategy: FusionStrategy = "max" if split else settings.fusion
+    merged = merge_results(queries, results, strategy=strategy, rrf_k=settings.rrf_k)
     passages = cut_passages(
         merged, limit=settings.passages, max_per_document=settings.max_per_document
     )
-    _clarify_from_evidence(rewrite, merged, language)
+    _clarify_from_evidence(rewrite, merged, language or detect_language(masked_question))
     timings["merge"] = _ms(t)
     return RetrievalOutcome(
         masked_question=masked_question,

@@ -392,3 +392,19 @@ def topic_swap(
     if not facets:
         return phrase
     return f"{render_phrase(anchor.tokens, facets)} {phrase}"
+
+
+def points_back(turn: Turn, dependency: Dependency, lang: str | None, sw: frozenset[str]) -> bool:
+    """Tell whether the words alone settle that the turn continues the conversation.
+
+    A pronoun ("isso vale para PJ?"), a hypothetical ("e se eu sair antes?") or a
+    restriction ("e para PJ?", "y en Chile?") cannot start a new topic; a bare noun phrase
+    ("e o auxílio-creche, qual o valor?") can, and is left to the search evidence.
+    """
+    if dependency.kind == "anaphor":
+        return True
+    if dependency.kind != "ellipsis":
+        return False
+    if is_hypothetical(turn.tokens, dependency.opener):
+        return True
+    return _frame(turn.tokens, dependency.opener, lang, sw) is not None

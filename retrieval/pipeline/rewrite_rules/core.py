@@ -15,6 +15,7 @@ from retrieval.pipeline.rewrite_rules.context import (
     assess,
     make_turn,
     plan_carry,
+    points_back,
     topic_swap,
 )
 from retrieval.pipeline.rewrite_rules.cues import FACETS, is_hypothetical
@@ -25,7 +26,7 @@ from retrieval.pipeline.rewrite_rules.lexicon import (
     correct_spelling,
     word_parts,
 )
-from retrieval.pipeline.rewrite_rules.slots import slot_of
+from retrieval.pipeline.rewrite_rules.slots import place_variants, slot_of
 from retrieval.pipeline.rewrite_rules.smalltalk import small_talk_kind
 from retrieval.pipeline.rewrite_rules.split import split_questions
 from retrieval.pipeline.text import (
@@ -85,6 +86,8 @@ Reading = Literal["standalone", "contextual"]
 # Words of its own (beyond facets) up to which a question with nothing to carry may be too
 # vague to search without asking which of its readings is meant.
 SHORT_QUESTION_TERMS = 3
+# Content words up to which a turn that points back at nothing is only a pointer.
+POINTING_ALONE_TERMS = 2
 # The caller looks up at most this many words in one query.
 LEXICON_LIMIT = 200
 _EDGES = " ¿?¡!.,;:"
@@ -335,6 +338,20 @@ def _used_as_term(tokens: list[Token], index: int) -> bool:
     return index > 0 and tokens[index - 1].norm in _TERM_BEFORE
 
 
+def _with_place_names(text: str) -> str:
+    """Name a country in the other languages too: "no Uruguai" -> "no Uruguai (Uruguay)"."""
+    present = {t.norm for t in token_spans(text)}
+    insertions: list[tuple[int, str]] = []
+    for token in token_spans(text):
+        missing = [v for v in place_variants(token.norm) if normalize(v) not in present]
+        if missing:
+            insertions.append((token.end, f" ({' '.join(missing)})"))
+            present.update(normalize(v) for v in missing)
+    for position, insert in reversed(insertions):
+        text = text[:position] + insert + text[position:]
+    return text
+
+
 def _add_query(
     ctx: _Context,
     text: str,
@@ -342,7 +359,7 @@ def _add_query(
     seen: set[str],
     reading: Reading | None = None,
 ) -> None:
-    text = clean_query(text, ctx.stats, ctx.protected, ctx.stopwords)
+    text = _with_place_names(clean_query(text, ctx.stats, ctx.protected, ctx.stopwords))
     hits = _glossary_senses(ctx, text)
     question_terms = {h.term for h in find_glossary_hits(ctx.inp.question, ctx.inp.glossary)}
     expanded = expand_with_glossary(text, hits)
@@ -463,6 +480,11 @@ def _add_readings(
         contextual = f"{standalone.rstrip(_EDGES)} {plan.phrase}"
         ctx.result.notes.append(f"may follow up on '{plan.phrase}': searched with and without it")
     ctx.result.topic = clean_query(ctx.topic, ctx.stats, ctx.protected, ctx.stopwords) or None
+    if carried and points_back(part, dependency, ctx.lang, ctx.stopwords):
+        # "e para PJ?": only the topic-aware reading; the user's words alone would pull up
+        # a sibling (another country's, another audience's page).
+        _add_query(ctx, contextual, "expand", seen, reading="contextual")
+        return
     ctx.result.new_terms = tuple(
         w
         for w in dict.fromkeys(part.terms)
@@ -500,8 +522,11 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
         context, source = (users, "user turn") if index == 0 else (resolved, "part")
         query, dependency, carried, swap = _resolve(ctx, part, context, label, source)
         pointing = dependency.kind in ("anaphor", "ellipsis")
-        if index == 0 and pointing and not carried and not _has_topic(ctx, users):
-            _ask_to_clarify(ctx, users)  # "e isso?" with nothing before it; still search
+        # "e isso?", "y en Chile?" with nothing before them; a longer turn names its own
+        # subject ("where does doctor strange get his powers from"). Still searched.
+        vague = len(set(part.terms)) <= POINTING_ALONE_TERMS
+        if index == 0 and pointing and vague and not carried and not _has_topic(ctx, users):
+            _ask_to_clarify(ctx, users)
         query_type: QueryType = "expand" if carried else "normalize"
         if len(parts) > 1:
             query, query_type = query.strip(_EDGES), "decompose"

@@ -73,6 +73,24 @@ _SLOT_PHRASES: dict[tuple[str, ...], str] = {
     ("pessoa", "fisica"): "audience",
 }
 _YEAR_RE = re.compile(r"^(?:19|20)\d\d$")
+# A country's name in the other languages, so that "no Uruguai" finds a page in Spanish
+# that says "Uruguay" (the full-text leg matches words, not countries).
+_PLACE_NAMES: tuple[tuple[str, ...], ...] = (
+    ("Brasil", "Brazil"),
+    ("Uruguai", "Uruguay"),
+    ("Paraguai", "Paraguay"),
+    ("Espanha", "España", "Spain"),
+    ("México", "Mexico"),
+    ("Alemanha", "Alemania", "Germany"),
+    ("França", "Francia", "France"),
+    ("Itália", "Italia", "Italy"),
+    ("Japão", "Japón", "Japan"),
+    ("Inglaterra", "England"),
+    ("Irlanda", "Ireland"),
+    ("Holanda", "Netherlands"),
+    ("Equador", "Ecuador"),
+    ("Peru", "Perú"),
+)
 
 
 def _stem(word: str) -> str:
@@ -129,3 +147,15 @@ def slot_spans(
             spans.append((i, i, single))
     spans += _phrase_spans(words, extra or {}, set())
     return sorted(spans)
+
+
+_VARIANTS: dict[str, tuple[str, ...]] = {
+    normalize(name): tuple(other for other in names if normalize(other) != normalize(name))
+    for names in _PLACE_NAMES
+    for name in names
+}
+
+
+def place_variants(word: str) -> tuple[str, ...]:
+    """Return a country's other names ("uruguai" -> "Uruguay"), or () for anything else."""
+    return _VARIANTS.get(word, ())

@@ -43,7 +43,7 @@ _KINDS: dict[str, str] = {
 _FILLERS = frozenset(
     normalize(
         """
-        muito muita mto mt mesmo pela pelo ajuda ajudou por la el a o e y the you so much very
+        mil muito muita mto mt mesmo pela pelo ajuda ajudou por la el a o e y the you so much very
         lot lots a de do da nada tudo todo bem bien como vai voce vc tu usted que tal and it
         que all for help thanks again again de novo denovo novamente era isso eso ah ahh aah
         oh uhm hum hm kkk kkkk haha hahaha rs rsrs jaja jajaja lol jeje ai sim entao ai pessoal

@@ -24,7 +24,7 @@ from retrieval.pipeline.types import (
     RewriteInput,
     SearchQuery,
 )
-from tests.retrieval.pipeline.test_rewrite_rules import LEXICON, lexicon_from, rewrite
+from tests.retrieval.pipeline.test_rewrite_rules import LEXICON, lexicon_from, rewrite, words
 
 
 @pytest.mark.parametrize(
@@ -110,10 +110,26 @@ def test_evidence_keeps_the_follow_up_when_the_turn_alone_stays_in_the_conversat
     assert decision.keep == (0,)
 
 
-def test_evidence_keeps_the_follow_up_when_the_turn_alone_is_weak() -> None:
+def test_evidence_searches_both_readings_when_the_turn_alone_leaves_the_conversation() -> None:
+    # Neither a confident new topic nor anything of the conversation's: a drift as often
+    # as a follow-up ("and what about its side effects?"), so both readings are searched.
     sibling, topic = _hit("spain", 1, 7, None), _hit("chile", 2, 1, 1)
     decision = choose_reading(QUERIES, [[topic], [sibling], [sibling]], topic_hits=[topic])
-    assert decision.reading == "contextual"
+    assert decision.reading == "both"
+    assert decision.keep == (0, 1)
+    assert decision.standalone_weight > 0
+
+
+def test_a_turn_that_points_back_is_only_searched_with_its_topic() -> None:
+    # "y en Chile?" after Spain's vacation: a restriction never starts a new topic, so the
+    # user's words alone (which pull up any country's page) are not searched.
+    result = rewrite("y en Chile?", "¿cuántos días de vacaciones tengo en España?", "23 días.")
+    assert [q.reading for q in result.queries] == ["contextual"]
+    assert "chile" in words(result.queries[0].text) and "vacaciones" in words(
+        result.queries[0].text
+    )
+    decision = choose_reading(result.queries, [[_hit("chile", 1, 1, 1)]], topic_hits=[])
+    assert decision.reading == "contextual" and "points back" in decision.reason
 
 
 def test_readings_split_across_siblings_ask_with_their_titles_as_options() -> None:
