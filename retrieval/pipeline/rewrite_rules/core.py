@@ -179,6 +179,21 @@ def _where(source: str, count: int, offset: int) -> str:
     return f"part {count + offset + 1}" if source == "part" else f"{source} {offset}"
 
 
+def _plan(ctx: _Context, part: Turn, dependency: Dependency, users: list[Turn]) -> CarryPlan:
+    """Choose what `part` carries from the earlier user turns (see context.plan_carry)."""
+    return plan_carry(
+        part,
+        dependency,
+        users,
+        ctx.lang,
+        ctx.stats,
+        ctx.stopwords,
+        ctx.protected,
+        ctx.glossary_slots,
+        ctx.mentions,
+    )
+
+
 def _resolve(
     ctx: _Context, part: Turn, users: list[Turn], label: str, source: str
 ) -> tuple[str, Dependency, bool, str | None]:
@@ -195,17 +210,7 @@ def _resolve(
         reason = "self-contained" if dependency.kind == "self" else "topic switch"
         notes.append(f"{label}{reason}: kept as asked")
         return part.text.strip(), dependency, False, None
-    plan = plan_carry(
-        part,
-        dependency,
-        users,
-        ctx.lang,
-        ctx.stats,
-        ctx.stopwords,
-        ctx.protected,
-        ctx.glossary_slots,
-        ctx.mentions,
-    )
+    plan = _plan(ctx, part, dependency, users)
     if not plan.carried:
         notes.append(
             f"{label}depends on context ({dependency.kind} '{dependency.cue}') but nothing to carry"
@@ -462,17 +467,7 @@ def _add_readings(
     standalone = part.text.strip()
     contextual = query
     if not carried:
-        plan = plan_carry(
-            part,
-            Dependency("weak", "implicit"),
-            users,
-            ctx.lang,
-            ctx.stats,
-            ctx.stopwords,
-            ctx.protected,
-            ctx.glossary_slots,
-            ctx.mentions,
-        )
+        plan = _plan(ctx, part, Dependency("weak", "implicit"), users)
         if not plan.carried:
             _add_query(ctx, query, "normalize", seen)
             return
