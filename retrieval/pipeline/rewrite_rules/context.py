@@ -46,6 +46,9 @@ SHORT_STRONG = 0.65
 # Function words kept between two carried words so phrases stay readable
 # ("reembolso de despesas", "cost of living").
 _BRIDGES = frozenset("de do da dos das del of the o a os as el la los las e y and".split())
+# Words between a preposition and its value in "e para quem é PJ?", "y para los que son
+# pasantes?", "and for those who are contractors?".
+_FRAME_RELATIVES = frozenset("quem que who those is are sao es son seja sea".split())
 _CLAUSE_JOINERS = frozenset({"e", "y", "and", "but", "mas", "pero"})
 # Prepositions that frame the value an elliptical follow-up replaces ("e para X?").
 _PREPOSITIONS: dict[str, dict[str, str]] = {
@@ -247,7 +250,7 @@ def _frame(
     for token in tokens[start + 1 : start + 5]:
         if is_content_word(token.norm, stopwords):
             words.append(token.norm)
-        elif token.norm not in _BRIDGES or words:
+        elif (token.norm not in _BRIDGES and token.norm not in _FRAME_RELATIVES) or words:
             break
     return (preps[tokens[start].norm], words) if words else None
 

@@ -198,3 +198,9 @@ def test_placeholders_amounts_and_unknown_names_are_never_searched() -> None:
 def test_this_year_is_not_a_reference_to_the_conversation() -> None:
     result = rewrite("quando sai o 13º desse ano?")
     assert not result.needs_clarification
+
+
+def test_a_restriction_with_a_relative_clause_still_points_back() -> None:
+    result = rewrite("e para quem é PJ?", "como funciona o reembolso de despesas?", "Pelo portal.")
+    assert [q.reading for q in result.queries] == ["contextual"]
+    assert {"reembolso", "pj"} <= words(result.queries[0].text)
