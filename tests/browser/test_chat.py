@@ -351,3 +351,66 @@ def test_keyboard_only_login_and_question(page: Page, live_url: str) -> None:
     turn = page.locator("#messages > .turn").first
     expect(turn).to_have_attribute("data-state", FINAL_STATE, timeout=ANSWER_TIMEOUT)
     expect(page.locator("#composer-input")).to_have_value("")
+
+
+# --- turn decisions without a model (issue 12) -----------------------------------------------
+
+
+def test_thanks_after_an_answer_gets_a_short_reply_without_sources(
+    page: Page, live_url: str
+) -> None:
+    login(page, live_url, "ana")
+    first = ask(page, "como peço reembolso de despesas de viagem?")
+    expect(first.locator(".source-card").first).to_be_visible()
+    thanks = ask(page, "obrigado!")
+    expect(thanks).to_have_attribute("data-state", "complete")
+    expect(thanks.locator('[data-slot="answer"]')).to_contain_text("De nada")
+    expect(thanks.locator(".source-card")).to_have_count(0)
+    trace = open_trace(thanks)
+    expect(trace).to_contain_text("small talk")
+    assert query_texts(thanks, exclude_original=False) == []
+    shot(page, "12-thanks-no-search", full_page=True)
+
+
+def test_ambiguous_plan_question_offers_the_plans_as_buttons(page: Page, live_url: str) -> None:
+    login(page, live_url, "ana")
+    turn = ask(page, "quero entrar no plano, como faz?")
+    expect(turn).to_have_attribute("data-state", "clarify")
+    expect(turn.locator('[data-slot="answer"]')).to_contain_text("Você quer saber sobre")
+    options = turn.locator('[data-slot="options"] button')
+    labels = [options.nth(i).inner_text() for i in range(options.count())]
+    assert 2 <= len(labels) <= 4, labels
+    assert any("odontológico" in label for label in labels), labels
+    expect(turn.locator(".source-card")).to_have_count(0)
+    shot(page, "12-clarification-options")
+    choice = next(label for label in labels if "odontológico" in label)
+    options.filter(has_text=choice).first.click()
+    second = page.locator("#messages > .turn").nth(1)
+    expect(second.locator('[data-slot="user-text"]')).to_have_text(choice)
+    expect(second).to_have_attribute("data-state", "complete", timeout=ANSWER_TIMEOUT)
+    expect(second.locator(".source-card").first).to_contain_text("odontológico")
+
+
+def test_pronoun_with_nothing_before_it_asks_with_options_and_keeps_the_verb(
+    page: Page, live_url: str
+) -> None:
+    login(page, live_url, "ana")
+    turn = ask(page, "isso vale para estagiário?")
+    expect(turn).to_have_attribute("data-state", "clarify")
+    options = turn.locator('[data-slot="options"] button')
+    assert options.count() >= 2
+    trace = open_trace(turn)
+    # "vale" is the verb here (is valid), not the glossary's salary advance.
+    expect(trace).not_to_contain_text("adiantamento salarial")
+    shot(page, "12-pronoun-clarification")
+
+
+def test_country_fixed_by_the_conversation_leads_the_follow_up(page: Page, live_url: str) -> None:
+    login(page, live_url, "ana")
+    ask(page, "¿cuántos días de vacaciones tengo en Chile?")
+    follow_up = ask(page, "¿y si renuncio antes de tomarlas?")
+    expect(follow_up.locator(".source-card").first).to_contain_text("Chile")
+    open_trace(follow_up)
+    queries = query_texts(follow_up, exclude_original=False)
+    assert all("chile" in text.lower() for _, text in queries), queries
+    shot(page, "12-chile-follow-up", full_page=True)
