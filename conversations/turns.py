@@ -109,7 +109,9 @@ def turn_context(message_id: int) -> TurnContext:
     message = Message.objects.select_related("conversation__owner").get(pk=message_id)
     user = message.conversation.owner
     collection = default_collection()
-    window = history_before(message=message, limit=settings.CHATRAG_REWRITE_WINDOW)
+    # One message more than the window: the rewrite learns that the conversation started
+    # before what it sees (retrieve keeps only the window).
+    window = history_before(message=message, limit=settings.CHATRAG_REWRITE_WINDOW + 1)
     return TurnContext(
         message=message,
         question=message.text,

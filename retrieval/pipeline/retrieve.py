@@ -246,6 +246,7 @@ async def retrieve(
         max_query_chars=settings.max_query_chars,
         today=None,
         language=language,
+        earlier_messages=max(0, len(history) - len(window)),
     )
     t = time.perf_counter()
     rewrite = await _rewrite(inp, settings, lexicon, model, errors)

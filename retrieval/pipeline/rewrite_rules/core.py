@@ -18,7 +18,7 @@ from retrieval.pipeline.rewrite_rules.context import (
     points_back,
     topic_swap,
 )
-from retrieval.pipeline.rewrite_rules.cues import FACETS, is_hypothetical
+from retrieval.pipeline.rewrite_rules.cues import FACETS, is_hypothetical, refers_to_start
 from retrieval.pipeline.rewrite_rules.lexicon import (
     COMMON,
     STRONG,
@@ -49,6 +49,11 @@ from retrieval.pipeline.types import (
     SearchQuery,
 )
 
+_OUT_OF_SIGHT: dict[str, str] = {
+    "pt": "Não consigo ver o começo da conversa: sobre qual assunto é a sua pergunta?",
+    "es": "No llego a ver el comienzo de la conversación: ¿sobre qué tema es su pregunta?",
+    "en": "I can't see the start of our conversation: which topic is your question about?",
+}
 _CLARIFY: dict[str, str] = {
     "pt": "Pode dar mais detalhes? Sobre qual assunto é a sua pergunta?",
     "es": "¿Puede dar más detalles? ¿Sobre qué tema es su pregunta?",
@@ -508,6 +513,13 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
     for wrong, right in result.corrections.items():
         result.notes.append(f"spelling: '{wrong}' -> '{right}'")
     users = [make_turn(m.text, ctx.stopwords) for m in inp.history if m.role == "user"]
+    if inp.earlier_messages and refers_to_start(make_turn(text, ctx.stopwords).tokens):
+        # The first topic lies before the window: asking beats guessing from what is left.
+        result.needs_clarification = True
+        result.clarification = Clarification(
+            _OUT_OF_SIGHT.get(ctx.lang or "pt", _OUT_OF_SIGHT["pt"])
+        )
+        result.notes.append("refers to the start of the conversation, outside the window")
     parts = _split(ctx, text)
     seen: set[str] = set()
     resolved: list[Turn] = []

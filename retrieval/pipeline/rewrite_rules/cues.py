@@ -319,3 +319,34 @@ def starts_clause(tokens: Sequence[Token], lang: str | None) -> bool:
     if (first, second) in QUESTION_STARTER_PAIRS:
         return True
     return any(first in QUESTION_STARTERS[code] for code in _langs(lang))
+
+
+# "voltando ao primeiro assunto", "lo primero que te pregunté", "going back to the first
+# question": a reference to the start of the conversation.
+_START_PHRASES: tuple[tuple[str, ...], ...] = (
+    ("primeiro", "assunto"),
+    ("primeira", "pergunta"),
+    ("primeira", "duvida"),
+    ("primeira", "coisa"),
+    ("inicio", "da", "conversa"),
+    ("comeco", "da", "conversa"),
+    ("lo", "primero"),
+    ("primer", "tema"),
+    ("primera", "pregunta"),
+    ("primera", "consulta"),
+    ("principio", "de", "la", "conversacion"),
+    ("first", "question"),
+    ("first", "topic"),
+    ("first", "thing"),
+    ("start", "of", "the", "conversation"),
+)
+
+
+def refers_to_start(tokens: Sequence[Token]) -> bool:
+    """Tell whether the turn points back at the start of the conversation."""
+    words = [t.norm for t in tokens]
+    return any(
+        tuple(words[i : i + len(p)]) == p
+        for p in _START_PHRASES
+        for i in range(len(words) - len(p) + 1)
+    )

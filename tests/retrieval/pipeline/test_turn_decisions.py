@@ -20,6 +20,7 @@ from retrieval.pipeline.rewrite_rules.lexicon import Stats
 from retrieval.pipeline.rewrite_rules.smalltalk import small_talk_kind, small_talk_reply
 from retrieval.pipeline.types import (
     GlossaryEntry,
+    HistoryMessage,
     LexiconView,
     RewriteInput,
     SearchQuery,
@@ -204,3 +205,18 @@ def test_a_restriction_with_a_relative_clause_still_points_back() -> None:
     result = rewrite("e para quem é PJ?", "como funciona o reembolso de despesas?", "Pelo portal.")
     assert [q.reading for q in result.queries] == ["contextual"]
     assert {"reembolso", "pj"} <= words(result.queries[0].text)
+
+
+def test_a_reference_to_the_start_beyond_the_window_asks_back() -> None:
+    inp = RewriteInput(
+        "voltando ao primeiro assunto, qual era o limite por mês?",
+        (HistoryMessage("user", "minha senha bloqueou"), HistoryMessage("assistant", "Ok.")),
+        earlier_messages=4,
+        language="pt",
+    )
+    result = rewrite_with_rules(inp, LEXICON)
+    assert result.needs_clarification and result.clarification is not None
+    assert "começo da conversa" in result.clarification.question
+    # Inside the window, the same words are searched as usual.
+    inside = rewrite_with_rules(RewriteInput(inp.question, inp.history, language="pt"), LEXICON)
+    assert not inside.needs_clarification
