@@ -152,6 +152,7 @@ async def turn_retrieve(
         known_names=ctx.known_names,
         language=language,
         on_rewrite=on_rewrite,
+        today=timezone.localdate(),
     )
 
 

@@ -207,6 +207,7 @@ async def evaluate_mode(
             settings=settings,
             model=model,
             language=task.language or language,
+            today=timezone.localdate(),
         )
         row = task_row(task=task, outcome=outcome, mode=mode, ks=ks, depth=depth)
         row["language"] = turn_language

@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import date
 from typing import Any, Literal, Protocol
 
 from .dictionary import known_words
@@ -21,6 +22,7 @@ from .glossary import find_glossary_hits
 from .llm import ChatModel
 from .masking import Masker, MaskingConfig
 from .rewrite_llm import rewrite_with_llm
+from .rewrite_rules import POLICY_VERSION as RULES_POLICY
 from .rewrite_rules import lexicon_words, rewrite_with_rules
 from .search import Scope, SearchEngine, SearchParams, SearchRequest
 from .text import content_terms, detect_language, normalize
@@ -221,8 +223,13 @@ async def retrieve(
     known_names: Sequence[str] = (),
     language: str | None = None,
     on_rewrite: Callable[[RewriteAnnouncement], Awaitable[None]] | None = None,
+    today: date | None = None,
 ) -> RetrievalOutcome:
-    """Rewrite and search one turn; degrade to searching the question as typed on failure."""
+    """Rewrite and search one turn; degrade to searching the question as typed on failure.
+
+    `today` is the reader's local date ("a regra deste ano"); the callers pass it in, so the
+    pipeline keeps no clock of its own.
+    """
     timings: dict[str, float] = {}
     errors: list[str] = []
     t = time.perf_counter()
@@ -244,7 +251,7 @@ async def retrieve(
         glossary=tuple(glossary),
         max_queries=settings.max_queries,
         max_query_chars=settings.max_query_chars,
-        today=None,
+        today=today,
         language=language,
         earlier_messages=max(0, len(history) - len(window)),
     )
@@ -335,7 +342,9 @@ async def _rewrite(
         except Exception as exc:  # the dictionary is an aid too
             errors.append(f"dictionary lookup failed: {exc.__class__.__name__}")
         try:
-            return rewrite_with_rules(inp, view)
+            result = rewrite_with_rules(inp, view)
+            result.policy = RULES_POLICY
+            return result
         except Exception as exc:  # never break the turn: search the question as typed
             errors.append(f"rule rewrite failed: {exc.__class__.__name__}: {exc}")
             result = _baseline_rewrite(inp, "none")

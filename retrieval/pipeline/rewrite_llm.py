@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
+import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -58,6 +60,18 @@ FALLBACK_NOTE: Final = "fell back to rules"
 @functools.cache
 def _system_template() -> str:
     return PROMPT_PATH.read_text(encoding="utf-8")
+
+
+@functools.cache
+def prompt_digest() -> str:
+    """A short hash of the rewrite prompt and its output schema: a change is a new policy."""
+    schema = json.dumps(REWRITE_SCHEMA, sort_keys=True)
+    return hashlib.sha256((_system_template() + schema).encode("utf-8")).hexdigest()[:12]
+
+
+def llm_policy(model_name: str) -> str:
+    """The LLM rewrite's policy version: which model, with which prompt."""
+    return f"llm/{model_name}/prompt-{prompt_digest()}"
 
 
 def _one_line(text: str) -> str:
@@ -201,6 +215,7 @@ async def rewrite_with_llm(
             glossary_hits=hits,
             model=model.name,
             anomalies=find_anomalies(parsed.queries, inp, hits),
+            policy=llm_policy(model.name),
         )
     logger.warning("rewrite with %s failed (%s); falling back to rules", model.name, reason)
     result = fallback()

@@ -18,7 +18,7 @@ import unicodedata
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from psycopg import Connection
 from psycopg_pool import ConnectionPool
@@ -26,6 +26,9 @@ from psycopg_pool import ConnectionPool
 from .fusion import Hit
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+# Which legs a search runs: both, fused (the product), or one alone (the playground compares).
+Legs = Literal["hybrid", "vector", "text"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,9 @@ class SearchParams:
     text_max_df_ratio: float = 0.05  # words in more chunks than this share are left out...
     text_df_floor: int = 5000  # ...but never below this many chunks
     text_scan_limit: int = 2000  # rows fetched by a tier before ranking
+    # One leg alone leaves the other out of the SQL (a weight of 0 would still list its
+    # hits, at score 0, and show their ranks); the fused score is then that leg's RRF term.
+    legs: Legs = "hybrid"
 
 
 @dataclass(frozen=True)
@@ -173,8 +179,8 @@ txt AS (
     ) best
 )"""  # noqa: S608 - composed of constants; every value is a bound parameter
 
-_HYBRID_SQL = f"""
-WITH {_TEXT_LEG.strip()},
+_HYBRID_SQL = """
+WITH %TXT%,
 vec AS (%VEC%),
 fused AS (
     SELECT COALESCE(v.id, t.id) AS id, v.rank AS vrank, t.rank AS trank,
@@ -207,6 +213,8 @@ VECTOR_LEG_SQL = """
 """
 # Without a query vector (embedder down) the vector leg is empty and full-text answers alone.
 _NO_VEC_LEG = "SELECT NULL::bigint AS id, NULL::bigint AS rank WHERE false"
+# A vector-only search (`legs="vector"`): the full-text leg is empty likewise.
+_NO_TEXT_LEG = f"txt AS ({_NO_VEC_LEG})"
 # How the full-text tiers test the collection. When the collection is most of the table, the
 # planner still ANDs the text bitmap with a bitmap of the whole collection from its btree
 # index (25 ms at 300k chunks, for nothing): "+ 0" makes that index unusable, so the
@@ -214,10 +222,13 @@ _NO_VEC_LEG = "SELECT NULL::bigint AS id, NULL::bigint AS rank WHERE false"
 # keeps the indexable form, where that bitmap does pay.
 _IN_COLLECTION = {False: " = %(collection)s", True: " + 0 = %(collection)s"}
 _SQL = {
-    (with_vector, most): _HYBRID_SQL.replace(
-        "%VEC%", VECTOR_LEG_SQL if with_vector else _NO_VEC_LEG
-    ).replace("{IN_COLLECTION}", _IN_COLLECTION[most])
+    (with_vector, with_text, most): _HYBRID_SQL.replace(
+        "%TXT%", _TEXT_LEG.strip() if with_text else _NO_TEXT_LEG
+    )
+    .replace("%VEC%", VECTOR_LEG_SQL if with_vector else _NO_VEC_LEG)
+    .replace("{IN_COLLECTION}", _IN_COLLECTION[most])
     for with_vector in (True, False)
+    for with_text in (True, False)
     for most in (True, False)
 }
 MOST_OF_THE_TABLE = 0.5
@@ -295,8 +306,10 @@ def hybrid_search(
         "area_boost": params.area_boost,
         "limit": params.limit,
     }
-    sql = _SQL[(bool(request.vector), table_share >= MOST_OF_THE_TABLE)]
-    if not request.vector:
+    with_vector = bool(request.vector) and params.legs != "text"
+    with_text = params.legs != "vector"
+    sql = _SQL[(with_vector, with_text, table_share >= MOST_OF_THE_TABLE)]
+    if not with_vector:
         args["qvec"] = None
     rows = conn.execute(sql, args).fetchall()
     return [

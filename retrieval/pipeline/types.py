@@ -102,6 +102,9 @@ class RewriteInput:
     earlier_messages: int = 0
 
 
+BASELINE_POLICIES = frozenset({"none", "last-turn"})
+
+
 @dataclass
 class RewriteResult:
     """What a rewriter decided, with enough detail to show and audit it."""
@@ -134,12 +137,22 @@ class RewriteResult:
     decision: str | None = None
     # The user's own words as they may be searched: no placeholders, amounts or names.
     safe_original: str | None = None
+    # Which version of which rewrite policy produced this ("rules-2026.05.1",
+    # "llm/<model>/prompt-<hash>", "none"): traces, evaluations and a cache tell them apart.
+    policy: str | None = None
+
+    def __post_init__(self) -> None:
+        # The baselines (searching the words as typed, or joined to the last turn) have no
+        # versions: each is its own policy.
+        if self.policy is None and self.backend in BASELINE_POLICIES:
+            self.policy = self.backend
 
     def to_dict(self) -> dict[str, object]:
         """Return a JSON-ready dict (for traces and WebSocket frames)."""
         return {
             "backend": self.backend,
             "model": self.model,
+            "policy": self.policy,
             "queries": [
                 {
                     "text": q.text,

@@ -1,0 +1,91 @@
+"""Every rewrite records the policy that produced it, and the rewrite receives today's date.
+
+Pure: `retrieve` runs with a search engine that finds nothing and a scripted chat model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Sequence
+from datetime import date
+from typing import Any
+
+from retrieval.pipeline.fusion import Hit
+from retrieval.pipeline.llm import FakeChat, LLMHTTPError
+from retrieval.pipeline.retrieve import RetrievalOutcome, RetrievalSettings, RewriteMode, retrieve
+from retrieval.pipeline.rewrite_llm import PROMPT_PATH, llm_policy, prompt_digest
+from retrieval.pipeline.rewrite_parse import REWRITE_SCHEMA
+from retrieval.pipeline.rewrite_rules import POLICY_VERSION
+from retrieval.pipeline.search import Scope, SearchParams, SearchRequest
+from retrieval.pipeline.types import HistoryMessage, LexiconView
+
+TODAY = date(2025, 3, 14)
+REPLY = json.dumps(
+    {
+        "queries": [{"text": "férias por ano", "type": "normalize", "area": None}],
+        "needs_clarification": False,
+        "clarification": None,
+    }
+)
+
+
+class NothingFound:
+    """A search engine whose every search comes back empty."""
+
+    def search_many(
+        self, requests: Sequence[SearchRequest], scope: Scope, params: SearchParams
+    ) -> list[list[Hit]]:
+        return [[] for _ in requests]
+
+
+def _retrieve(mode: RewriteMode, model: FakeChat | None = None, **extra: Any) -> RetrievalOutcome:
+    return asyncio.run(
+        retrieve(
+            question="quantos dias de férias eu tenho?",
+            history=[HistoryMessage("user", "oi")],
+            glossary=[],
+            scope=Scope(collection_id=1),
+            engine=NothingFound(),  # type: ignore[arg-type]
+            embedder=None,
+            lexicon=lambda words: LexiconView(),
+            settings=RetrievalSettings(mode=mode),
+            model=model,
+            **extra,
+        )
+    )
+
+
+def test_the_llm_rewrite_prompt_carries_todays_date() -> None:
+    model = FakeChat([REPLY])
+    _retrieve("llm", model, today=TODAY)
+    system = model.calls[0].messages[0].content
+    assert "Today's date: 2025-03-14" in system
+
+
+def test_without_a_date_the_prompt_says_unknown() -> None:
+    model = FakeChat([REPLY])
+    _retrieve("llm", model)
+    assert "Today's date: unknown" in model.calls[0].messages[0].content
+
+
+def test_each_mode_records_its_policy_in_the_trace_dict() -> None:
+    llm = _retrieve("llm", FakeChat([REPLY], name="qwen2.5:7b"), today=TODAY).rewrite
+    assert llm.policy == llm_policy("qwen2.5:7b") == f"llm/qwen2.5:7b/prompt-{prompt_digest()}"
+    assert llm.to_dict()["policy"] == llm.policy
+    assert _retrieve("rules", today=TODAY).rewrite.to_dict()["policy"] == POLICY_VERSION
+    assert _retrieve("none").rewrite.to_dict()["policy"] == "none"
+    assert _retrieve("last-turn").rewrite.to_dict()["policy"] == "last-turn"
+
+
+def test_a_failed_llm_rewrite_records_the_rules_policy_that_answered() -> None:
+    rewrite = _retrieve("llm", FakeChat([LLMHTTPError(500, "boom")]), today=TODAY).rewrite
+    assert rewrite.backend == "rules"
+    assert rewrite.policy == POLICY_VERSION
+    assert rewrite.error == "llm http 500"
+
+
+def test_the_prompt_digest_covers_the_prompt_text_and_the_output_schema() -> None:
+    text = PROMPT_PATH.read_text(encoding="utf-8") + json.dumps(REWRITE_SCHEMA, sort_keys=True)
+    assert prompt_digest() == hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
