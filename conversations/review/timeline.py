@@ -113,6 +113,7 @@ class TurnReview:
     backend: str = ""
     backend_label: str = ""
     model: str = ""
+    policy: str = ""  # the rewrite policy's version; empty on traces from before it was kept
     glossary_hits: list[dict[str, Any]] = field(default_factory=list)
     corrections: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -316,6 +317,7 @@ def _add_rewrite(review: TurnReview, rewrite: dict[str, Any]) -> None:
     review.backend = backend
     review.backend_label = str(BACKEND_LABELS.get(backend, backend))
     review.model = str(rewrite.get("model") or "")
+    review.policy = str(rewrite.get("policy") or "")
     review.glossary_hits = [h for h in rewrite.get("glossary_hits") or [] if isinstance(h, dict)]
     review.corrections = sorted((rewrite.get("corrections") or {}).items())
     review.notes = [str(n) for n in rewrite.get("notes") or []]
