@@ -185,6 +185,23 @@ def tasks_parse(text: str, *, name: str = "tasks") -> list[EvalTask]:
     return tasks
 
 
+def history_parse(text: str, *, where: str = "history") -> tuple[HistoryMessage, ...]:
+    """A conversation in the tasks' history format, from JSON text (a file, a form field).
+
+    A JSON list of `{"role", "text"}` or of strings alternating user/assistant; a whole task
+    record (an object with a "history" list) is accepted too.
+    """
+    try:
+        raw = json.loads(text) if text.strip() else []
+    except json.JSONDecodeError as exc:
+        raise EvaluationInputError(f"{where}: invalid JSON ({exc.msg})") from exc
+    if isinstance(raw, dict):
+        raw = raw.get("history") or []
+    if not isinstance(raw, list):
+        raise EvaluationInputError(f"{where}: expected a JSON list of messages")
+    return _history(raw, where)
+
+
 def _history(raw: list[object], where: str) -> tuple[HistoryMessage, ...]:
     """Messages as `{"role", "text"}` objects, or plain strings alternating user/assistant."""
     history = []

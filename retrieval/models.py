@@ -264,6 +264,8 @@ class EvaluationRun(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        # The playground runs one question through two configurations side by side.
+        permissions = [("use_playground", "Can compare retrieval configurations in the playground")]
 
     def __str__(self) -> str:
         return f"evaluation {self.pk} ({self.source_label}, {self.status})"

@@ -8,7 +8,7 @@ from django.contrib import admin, messages
 from django.db.models import Count, ManyToManyField, QuerySet
 from django.forms import ModelMultipleChoiceField
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import URLPattern, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -16,6 +16,7 @@ from django.utils.translation import gettext_lazy
 from chatrag.admin_utils import ObjectContextAdmin, admin_page, request_user
 from retrieval.access import DocumentAccess, document_access, documents_readable
 from retrieval.admin.forms import EvaluationRunForm
+from retrieval.admin.playground import may_use_playground, playground_view
 from retrieval.admin.progress import ProgressMixin
 from retrieval.evaluation import EvaluationInputError
 from retrieval.models import EvalCase, EvaluationRun
@@ -180,7 +181,12 @@ class EvaluationRunAdmin(ProgressMixin, ObjectContextAdmin[EvaluationRun]):
     actions = ["run_again"]
 
     def get_urls(self) -> list[URLPattern]:
-        return [*self.progress_urls(), *super().get_urls()]
+        playground = path(
+            "playground/",
+            self.admin_site.admin_view(lambda request: playground_view(self, request)),
+            name="retrieval_evaluationrun_playground",
+        )
+        return [playground, *self.progress_urls(), *super().get_urls()]
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # a run is a record; start a new one instead
@@ -203,6 +209,7 @@ class EvaluationRunAdmin(ProgressMixin, ObjectContextAdmin[EvaluationRun]):
         context = {**(extra_context or {}), "chart": run_history(None, metric=metric)}
         context["metrics"] = ["mrr@10", "ndcg@10", "recall@5", "recall@10"]
         context["metric"] = metric
+        context["can_playground"] = may_use_playground(request)
         return super().changelist_view(request, context)
 
     def add_view(
