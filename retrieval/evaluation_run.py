@@ -265,6 +265,7 @@ def task_row(
             else None
         ),
         "decision": rewrite.decision,
+        "policy": rewrite.policy,
         "expect_clarification": task.expect_clarification,
         "expect_no_search": task.expect_no_search,
         "ambiguous_between": sorted(task.ambiguous_between),

@@ -89,3 +89,12 @@ def test_a_failed_llm_rewrite_records_the_rules_policy_that_answered() -> None:
 def test_the_prompt_digest_covers_the_prompt_text_and_the_output_schema() -> None:
     text = PROMPT_PATH.read_text(encoding="utf-8") + json.dumps(REWRITE_SCHEMA, sort_keys=True)
     assert prompt_digest() == hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def test_evaluation_rows_record_the_policy() -> None:
+    from retrieval.evaluation import EvalTask
+    from retrieval.evaluation_run import task_row
+
+    task = EvalTask(id="t", history=(), question="q", relevant=frozenset({"pt/x"}))
+    row = task_row(task=task, outcome=_retrieve("rules"), mode="rules", ks=[5], depth=10)
+    assert row["policy"] == POLICY_VERSION
