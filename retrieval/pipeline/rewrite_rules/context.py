@@ -170,7 +170,11 @@ def assess(
     strong = {w for w in turn.terms if stats.is_strong(w)}
     opener = opener_length(turn.tokens, lang)
     anaphors = find_anaphors(turn.tokens, lang, content)
-    if anaphors and not _resolved_inside(turn, anaphors[0], opener):
+    # Only English resolves a pronoun in an earlier clause of the same turn ("Speaking of
+    # vaccines, how are they made?"); in Portuguese and Spanish the clause before a comma
+    # is context ("passei por uma enchente, dá pra pegar mais que isso?").
+    inside = lang == "en" and _resolved_inside(turn, anaphors[0], opener) if anaphors else False
+    if anaphors and not inside:
         return Dependency("anaphor", turn.tokens[anaphors[0]].text, opener, anaphors[0])
     # "e para PJ?" is elliptical; "and what is the per diem?" asks a question of its own;
     # "e se eu estiver de férias?" continues the previous question unless it is long.
