@@ -8,7 +8,11 @@ from typing import Any
 from celery import shared_task
 from celery.signals import worker_ready
 
-from retrieval.ingestion.jobs import ingestion_job_run, ingestion_jobs_sweep_stale
+from retrieval.ingestion.jobs import (
+    ingestion_job_part_run,
+    ingestion_job_run,
+    ingestion_jobs_sweep_stale,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -17,6 +21,12 @@ logger = logging.getLogger(__name__)
 def ingest_job(job_id: str) -> None:
     """Run an ingestion job (uploaded files or server paths), recording progress on the job."""
     ingestion_job_run(job_id=job_id)
+
+
+@shared_task(name="retrieval.ingest_job_part", acks_late=True)
+def ingest_job_part(job_id: str, index: int, files: list[list[str]]) -> None:
+    """Run one part of a split ingestion job: these (file, root) pairs."""
+    ingestion_job_part_run(job_id=job_id, index=index, files=files)
 
 
 @shared_task(name="retrieval.evaluate_run", acks_late=True)

@@ -13,6 +13,11 @@
   while reading a file (the heartbeat names the file being read): that job failed on its own
   input, and running it again would only kill the next worker, so it is not queued again.
   (Parsing runs in a child process with a time and memory limit, so this is the last line.)
+- A job of more files than CHATRAG_INGEST_PART_FILES is split into parts, one Celery task
+  each, that any number of workers run side by side. The job keeps one status, one progress
+  and one report (the parts' added up); each running part has its own worker and heartbeat,
+  and the sweep judges each: one dead part fails the whole job and queues it again (or not,
+  when it died reading a file) exactly as above, and the job's other parts stop.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
@@ -38,10 +44,13 @@ from retrieval.models import Collection, Document, IngestionJob
 from .parsers import ParseError
 from .services import (
     FileOutcome,
+    IngestReport,
     SourceDocument,
     documents_ingest,
+    iter_files,
     source_from_file,
-    sources_from_paths,
+    sources_from_files,
+    vocabulary_rebuild,
 )
 
 logger = logging.getLogger(__name__)
@@ -86,8 +95,28 @@ def _worker(now: datetime) -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "heartbeat": now.isoformat()}
 
 
+def _final(carried: dict[str, Any], report: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The job's status and report from its (merged) ingestion report."""
+    report = {**carried, **report}
+    embedder_error = report.get("embedder_error")
+    if report.get("error"):
+        return IngestionJob.Status.FAILED, report
+    if embedder_error:
+        missing = len(report.get("errors", []))
+        report["error"] = (
+            f"the embedding server failed ({embedder_error}): {missing} document(s) "
+            "not ingested, the others are complete; run the job again once it is back"
+        )
+        return IngestionJob.Status.FAILED, report
+    return IngestionJob.Status.DONE, report
+
+
 def ingestion_job_run(*, job_id: str) -> IngestionJob:
-    """Parse, embed and store the job's files; a failing file is reported, not fatal."""
+    """Parse, embed and store the job's files; a failing file is reported, not fatal.
+
+    More files than CHATRAG_INGEST_PART_FILES: the job is split into parts that any worker
+    runs (`ingestion_job_part_run`), and the part that finishes last finishes the job.
+    """
     job = IngestionJob.objects.select_related("collection").get(pk=job_id)
     carried = {k: job.report[k] for k in _RETRY_KEYS if k in job.report}
     claimed = IngestionJob.objects.filter(pk=job.pk, status=IngestionJob.Status.QUEUED).update(
@@ -101,17 +130,19 @@ def ingestion_job_run(*, job_id: str) -> IngestionJob:
             items = _reindex_sources(job.collection, job.document_ids)
             total = len(items)
         else:
+            files, listed = iter_files([Path(p) for p in job.paths])
+            if len(files) > settings.CHATRAG_INGEST_PART_FILES:
+                _job_split(job, carried, files, listed)
+                job.refresh_from_db()
+                return job
 
             def reading(path: Path) -> None:
                 worker = {**_worker(timezone.now()), "reading": str(path)}
                 IngestionJob.objects.filter(pk=job.pk).update(report={**carried, "worker": worker})
 
-            items, total = sources_from_paths([Path(p) for p in job.paths], on_file=reading)
-        if job.groups:
-            groups = tuple(job.groups)
-            items = [
-                replace(i, groups=groups) if isinstance(i, SourceDocument) else i for i in items
-            ]
+            items = [*listed, *sources_from_files(files, on_file=reading)]
+            total = len(items)
+        items = _with_groups(job, items)
         IngestionJob.objects.filter(pk=job.pk).update(
             total=total, report={**carried, "worker": _worker(timezone.now())}
         )
@@ -128,15 +159,7 @@ def ingestion_job_run(*, job_id: str) -> IngestionJob:
             progress=progress,
         )
         job.refresh_from_db()
-        job.report = {**carried, **report.as_dict()}
-        job.status = IngestionJob.Status.DONE
-        if report.embedder_error:
-            missing = len(report.errors)
-            job.report["error"] = (
-                f"the embedding server failed ({report.embedder_error}): {missing} document(s) "
-                "not ingested, the others are complete; run the job again once it is back"
-            )
-            job.status = IngestionJob.Status.FAILED
+        job.status, job.report = _final(carried, report.as_dict())
     except Exception as exc:  # the job records why it failed; the worker keeps running
         logger.exception("ingestion job %s failed", job.pk)
         job.refresh_from_db()
@@ -147,9 +170,181 @@ def ingestion_job_run(*, job_id: str) -> IngestionJob:
     return job
 
 
-def _stale_reason(job: IngestionJob, now: datetime) -> str | None:
-    """Why this running job's worker is taken for dead, or None while it may be alive."""
-    worker = job.report.get("worker") if isinstance(job.report, dict) else None
+def _with_groups(
+    job: IngestionJob, items: list[SourceDocument | FileOutcome]
+) -> list[SourceDocument | FileOutcome]:
+    """An upload's groups replace the files' own."""
+    if not job.groups:
+        return items
+    groups = tuple(job.groups)
+    return [replace(i, groups=groups) if isinstance(i, SourceDocument) else i for i in items]
+
+
+# --- A job split into parts -------------------------------------------------------------------
+#
+# - The job row stays the one record: `report["parts"]` holds each part's status, worker and
+#   heartbeat (and, once finished, its report); `done`/`total` add the parts up. Every change
+#   locks the job row, so two parts never overwrite each other's entry.
+# - A part's files travel in its task message, not on the row (a big job's row stays small).
+# - A part that finds its job no longer running (swept while it ran) stops at its next
+#   progress step; what it wrote is complete documents, and the retry redoes the rest.
+
+
+class _JobStopped(Exception):
+    """The job was failed by the stale-job sweep while this part ran."""
+
+
+def _job_split(
+    job: IngestionJob,
+    carried: dict[str, Any],
+    files: list[tuple[Path, Path]],
+    listed: list[FileOutcome],
+) -> None:
+    """Record the job's parts and enqueue one task per part once that is committed."""
+    size = settings.CHATRAG_INGEST_PART_FILES
+    chunks = [files[i : i + size] for i in range(0, len(files), size)]
+    now = timezone.now()
+    report = {
+        **carried,
+        "worker": _worker(now),
+        "started": now.isoformat(),
+        "listed": IngestReport(outcomes=listed).as_dict()["errors"],
+        "parts": [{"status": "queued", "files": len(c), "done": 0} for c in chunks],
+    }
+    with transaction.atomic():
+        IngestionJob.objects.filter(pk=job.pk).update(
+            total=len(files) + len(listed), done=len(listed), report=report
+        )
+        for index, chunk in enumerate(chunks):
+            pairs = [[str(path), str(root)] for path, root in chunk]
+            transaction.on_commit(partial(_enqueue_part, str(job.id), index, pairs))
+    logger.info("ingestion job %s: %d files in %d parts", job.pk, len(files), len(chunks))
+
+
+def _enqueue_part(job_id: str, index: int, files: list[list[str]]) -> None:
+    from retrieval.tasks import ingest_job_part
+
+    ingest_job_part.delay(job_id, index, files)
+
+
+def _part_update(job_id: str, index: int, **changes: Any) -> IngestionJob:
+    """Change one part's entry (and the job's progress) under the job's row lock."""
+    with transaction.atomic():
+        job = IngestionJob.objects.select_for_update().get(pk=job_id)
+        if job.status != IngestionJob.Status.RUNNING:
+            raise _JobStopped(str(job.status))
+        parts = job.report["parts"]
+        parts[index] = {**parts[index], **changes}
+        job.done = len(job.report.get("listed", [])) + sum(int(p["done"]) for p in parts)
+        job.report["worker"] = _worker(timezone.now())  # the job's latest sign of life
+        job.save(update_fields=["report", "done"])
+        return job
+
+
+def ingestion_job_part_run(*, job_id: str, index: int, files: Sequence[Sequence[str]]) -> None:
+    """Ingest one part of a split job; the part that finishes last finishes the job."""
+    job = IngestionJob.objects.select_related("collection").get(pk=job_id)
+    parts = job.report.get("parts") if isinstance(job.report, dict) else None
+    if job.status != IngestionJob.Status.RUNNING or not parts or index >= len(parts):
+        logger.warning("ingestion job %s is %s: part %s not run", job.pk, job.status, index)
+        return
+    try:
+        with transaction.atomic():
+            locked = IngestionJob.objects.select_for_update().get(pk=job_id)
+            part = locked.report["parts"][index] if locked.report.get("parts") else {}
+            if locked.status != IngestionJob.Status.RUNNING or part.get("status") != "queued":
+                logger.warning(
+                    "ingestion job %s part %s is not queued: not run again", job_id, index
+                )
+                return
+            _part_update(job_id, index, status="running", worker=_worker(timezone.now()))
+        outcome: dict[str, Any]
+        try:
+
+            def reading(path: Path) -> None:
+                worker = {**_worker(timezone.now()), "reading": str(path)}
+                _part_update(job_id, index, worker=worker)
+
+            pairs = [(Path(path), Path(root)) for path, root in files]
+            items = _with_groups(job, sources_from_files(pairs, on_file=reading))
+            _part_update(job_id, index, worker=_worker(timezone.now()))
+
+            def progress(done: int, total: int, name: str) -> None:
+                _part_update(job_id, index, done=done, worker=_worker(timezone.now()))
+
+            report = documents_ingest(
+                collection=job.collection,
+                sources=items,
+                embedder=get_embedder(),
+                total=len(items),
+                progress=progress,
+                rebuild_vocabulary=False,
+            )
+            outcome = {"status": "done", "report": report.as_dict()}
+        except _JobStopped:
+            raise
+        except Exception as exc:  # recorded on the job; the other parts go on
+            logger.exception("ingestion job %s part %s failed", job_id, index)
+            outcome = {"status": "failed", "error": f"{exc.__class__.__name__}: {exc}"[:1000]}
+        _part_finish(job_id, index, outcome, files=len(files))
+    except _JobStopped as stopped:
+        logger.warning("ingestion job %s is %s: part %s stopped", job_id, stopped, index)
+
+
+def _part_finish(job_id: str, index: int, outcome: dict[str, Any], *, files: int) -> None:
+    """Record a finished part; the last one merges the reports and finishes the job."""
+    with transaction.atomic():
+        job = _part_update(job_id, index, **outcome, done=files)
+        parts = job.report["parts"]
+        if any(p["status"] not in {"done", "failed"} for p in parts):
+            return
+        carried = {k: job.report[k] for k in _RETRY_KEYS if k in job.report}
+        merged = _reports_merge(
+            [p.get("report", {}) for p in parts],
+            listed=job.report.get("listed", []),
+            errors=[f"part {i + 1}: {p['error']}" for i, p in enumerate(parts) if p.get("error")],
+        )
+        started = parse_datetime(str(job.report.get("started") or ""))
+        now = timezone.now()
+        if started is not None:
+            merged["seconds"] = round((now - started).total_seconds(), 2)
+        merged["parts"] = len(parts)
+        ran = {
+            f"{w.get('host')}:{w.get('pid')}"
+            for p in parts
+            if isinstance(w := p.get("worker"), dict)
+        }
+        merged["workers"] = sorted(ran)
+        if any(merged[k] for k in ("added", "updated", "removed")):
+            vocabulary_rebuild(collection=job.collection)
+        job.status, job.report = _final(carried, merged)
+        job.finished_at = now
+        job.save(update_fields=["report", "status", "finished_at"])
+
+
+def _reports_merge(
+    reports: Sequence[dict[str, Any]], *, listed: Sequence[Any], errors: Sequence[str]
+) -> dict[str, Any]:
+    """Add the parts' reports up into one, shaped like a single run's."""
+    merged: dict[str, Any] = {
+        key: sum(int(r.get(key, 0)) for r in reports)
+        for key in ("added", "updated", "unchanged", "removed", "chunks_embedded")
+    }
+    merged["errors"] = [*listed, *(e for r in reports for e in r.get("errors", []))]
+    merged["seconds"] = round(max((float(r.get("seconds", 0)) for r in reports), default=0.0), 2)
+    embedder_errors = [r["embedder_error"] for r in reports if r.get("embedder_error")]
+    if embedder_errors:
+        merged["embedder_error"] = embedder_errors[0]
+    if errors:
+        merged["error"] = "; ".join(errors)[:1000]
+    return merged
+
+
+# --- The stale-job sweep ----------------------------------------------------------------------
+
+
+def _stale_reason(worker: object, now: datetime) -> str | None:
+    """Why the worker this record names is taken for dead, or None while it may be alive."""
     worker = worker if isinstance(worker, dict) else {}
     pid = worker.get("pid")
     if worker.get("host") == socket.gethostname() and isinstance(pid, int) and pid != os.getpid():
@@ -165,22 +360,41 @@ def _stale_reason(job: IngestionJob, now: datetime) -> str | None:
     return None
 
 
+def _job_stale(job: IngestionJob, now: datetime) -> tuple[str, str | None] | None:
+    """(why, the file being read) when the job's worker, or a running part's, is dead.
+
+    A split job whose parts are all waiting for a worker is not stale, like a queued job.
+    """
+    report = job.report if isinstance(job.report, dict) else {}
+    parts = report.get("parts")
+    workers = (
+        [p.get("worker") for p in parts if p.get("status") == "running"]
+        if isinstance(parts, list)
+        else [report.get("worker")]
+    )
+    for worker in workers:
+        reason = _stale_reason(worker, now)
+        if reason is not None:
+            reading = worker.get("reading") if isinstance(worker, dict) else None
+            return reason, str(reading) if reading else None
+    return None
+
+
 def ingestion_jobs_sweep_stale(*, now: datetime | None = None) -> list[IngestionJob]:
     """Fail the running jobs whose worker died and queue each again; return the new jobs."""
     now = now or timezone.now()
     retries: list[IngestionJob] = []
     for job in IngestionJob.objects.filter(status=IngestionJob.Status.RUNNING):
-        reason = _stale_reason(job, now)
-        if reason is None:
+        stale = _job_stale(job, now)
+        if stale is None:
             continue
+        reason, reading = stale
         attempt = int(job.report.get("attempt", 1))
-        worker = job.report.get("worker")
-        reading = worker.get("reading") if isinstance(worker, dict) else None
         with transaction.atomic():
             report = {k: v for k, v in job.report.items() if k != "worker"}
             retry = None
             if reading:
-                name = Path(str(reading)).name
+                name = Path(reading).name
                 then = f"it was reading {name}, which is likely the cause: not queued again"
                 report["failed_on"] = name
             elif attempt < MAX_ATTEMPTS:
