@@ -348,6 +348,23 @@ def targets(search: dict[str, Any] | None, app: dict[str, Any], size: int) -> li
         first = frames["frames"]["delta"]["p95_ms"] - frames["model_latency_ms"]
         add("first token p95 - model latency", first, 200.0, "ms")
         add("web process peak RSS", frames["web_peak_rss_mb"], 700.0, "MB")
+    mixed = app.get("ingestion_mixed")
+    if mixed:
+        import bench_ingest
+
+        speed = bench_ingest.rates(mixed)
+        best, one, two = (speed.get(k) for k in bench_ingest.ROWS[1:])
+        if best and one:
+            share = one["passages_s"] / best["passages_s"] * 100
+            add("ingestion (mixed) / raw best order", share, 90.0, "%", True)
+        if one and two:
+            add(
+                "ingestion 2 workers / 1 worker",
+                two["passages_s"] / one["passages_s"],
+                1.7,
+                "x",
+                True,
+            )
     ingestion = app.get("ingestion")
     if ingestion:
         share = ingestion["job_chunks_per_s"] / ingestion["raw_chunks_per_s"]
@@ -405,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ingest-docs", type=int, default=12)
     parser.add_argument("--skip", default="", help="parts to skip: turn,frames,ingestion")
     parser.add_argument("--search-json", type=Path, help="bench_search.py's --json output")
+    parser.add_argument("--ingest-json", type=Path, help="bench_ingest.py's --json output")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
@@ -422,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     if "ingestion" not in skip:
         app["ingestion"] = measure_ingestion(env, args.ingest_docs)
     app["load_avg_1m_after"] = os.getloadavg()[0]
+    if args.ingest_json and args.ingest_json.exists():
+        app["ingestion_mixed"] = json.loads(args.ingest_json.read_text())
     search = None
     if args.search_json and args.search_json.exists():
         search = json.loads(args.search_json.read_text())
