@@ -167,23 +167,32 @@ def _clarify_from_evidence(
     the best documents' titles as its options too.
     """
     titles: list[tuple[str, list[str]]] = []
+    languages: list[str | None] = []
     for item in merged:
         title = item.hit.title.strip()
         if title and title not in (t for t, _ in titles):
             words = [part for term in content_terms(title) for part in term.split("-")]
             titles.append((title, words))
+            languages.append(detect_language(f"{title} {item.hit.text[:300]}"))
         if len(titles) >= 4:
             break
     if rewrite.needs_clarification and rewrite.clarification is not None:
-        if not rewrite.clarification.options and titles:
+        if rewrite.clarify_reason == "pointer" and not rewrite.clarification.options and titles:
             options = [t for t, _ in titles[:3]]
             rewrite.clarification = Clarification(
                 clarification_question(options, language), tuple(options)
             )
         return
     options = ambiguous_documents(rewrite.clarify_terms, titles)
+    # A sibling in the question's own language is the reading meant: "se me perdió la
+    # tarjeta de alimentación" asks the Uruguayan page, not the Brazilian one.
+    offered = [(t, lang) for (t, _), lang in zip(titles, languages, strict=True) if t in options]
+    same = [t for t, lang in offered if lang == language]
+    if language and options and len(same) < len(offered):
+        options = same if len(same) >= 2 else []
     if options:
         rewrite.needs_clarification = True
+        rewrite.clarify_reason = "siblings"
         rewrite.clarification = Clarification(
             clarification_question(options, language), tuple(options)
         )

@@ -113,6 +113,9 @@ class RewriteResult:
     backend: str
     needs_clarification: bool = False
     clarification: Clarification | None = None
+    # Why it asks: "pointer" (a pronoun with nothing before it), "out_of_sight" (the start
+    # of the conversation is beyond the window), "siblings" (the search evidence).
+    clarify_reason: str | None = None
     glossary_hits: list[GlossaryHit] = field(default_factory=list)
     corrections: dict[str, str] = field(default_factory=dict)
     model: str | None = None
@@ -164,6 +167,7 @@ class RewriteResult:
                 for q in self.queries
             ],
             "needs_clarification": self.needs_clarification,
+            "clarify_reason": self.clarify_reason,
             "clarification": (
                 {
                     "question": self.clarification.question,

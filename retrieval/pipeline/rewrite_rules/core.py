@@ -428,6 +428,7 @@ def _make_context(inp: RewriteInput, lexicon: LexiconView) -> _Context:
 
 def _ask_to_clarify(ctx: _Context, users: list[Turn]) -> None:
     ctx.result.needs_clarification = True
+    ctx.result.clarify_reason = "pointer"
     ctx.result.clarification = _clarification(ctx, users)
     ctx.result.notes.append("refers to something not in the conversation: asked to clarify")
 
@@ -516,6 +517,7 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
     if inp.earlier_messages and refers_to_start(make_turn(text, ctx.stopwords).tokens):
         # The first topic lies before the window: asking beats guessing from what is left.
         result.needs_clarification = True
+        result.clarify_reason = "out_of_sight"
         result.clarification = Clarification(
             _OUT_OF_SIGHT.get(ctx.lang or "pt", _OUT_OF_SIGHT["pt"])
         )

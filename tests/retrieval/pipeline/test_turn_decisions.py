@@ -220,3 +220,25 @@ def test_a_reference_to_the_start_beyond_the_window_asks_back() -> None:
     # Inside the window, the same words are searched as usual.
     inside = rewrite_with_rules(RewriteInput(inp.question, inp.history, language="pt"), LEXICON)
     assert not inside.needs_clarification
+
+
+def test_siblings_in_another_language_are_not_a_competing_reading() -> None:
+    from retrieval.pipeline.fusion import MergedHit
+    from retrieval.pipeline.retrieve import _clarify_from_evidence
+    from retrieval.pipeline.types import RewriteResult
+
+    def merged(doc: str, title: str, text: str) -> MergedHit:
+        return MergedHit(Hit(1, 1, doc, title, "", text, 0, "", 1, 1, 0.01), 0.01)
+
+    hits = [
+        merged("uy", "Beneficio de alimentación — Uruguay", "La tarjeta de alimentación se carga"),
+        merged("br", "Vale-alimentação — colaboradores", "O cartão de benefícios é recarregado"),
+    ]
+    asked = RewriteResult(queries=[], backend="rules", clarify_terms=("tarjeta", "alimentacion"))
+    _clarify_from_evidence(asked, hits, "es")
+    assert not asked.needs_clarification  # one sibling is in the question's language
+    # A pronoun with nothing before it gets the best titles as options...
+    pointer = rewrite("e isso?")
+    assert pointer.needs_clarification and pointer.clarify_reason == "pointer"
+    _clarify_from_evidence(pointer, hits, "pt")
+    assert pointer.clarification is not None and len(pointer.clarification.options) == 2
