@@ -274,18 +274,22 @@ async def retrieve(
     texts = [q.text for q in queries] + ([probe] if probe else [])
     t = time.perf_counter()
     vectors: list[list[float]] = []
-    if texts and embedder is None:
+    # The probe runs on the full-text leg only: the topic's own words locate the
+    # conversation well enough, and one embedding less is most of the probe's cost.
+    embedded = [q.text for q in queries]
+    if embedded and embedder is None:
         errors.append("vector search off: the collection was embedded with another model")
-    elif texts and embedder is not None:
+    elif embedded and embedder is not None:
         try:
-            vectors = await asyncio.to_thread(embedder.embed_queries, texts)
+            vectors = await asyncio.to_thread(embedder.embed_queries, embedded)
         except Exception as exc:  # any embedder failure: fall back to full-text only below
             errors.append(f"embedding failed: {exc}")
     timings["embed"] = _ms(t)
 
     t = time.perf_counter()
     if not vectors:  # embedder down: each query runs with its full-text leg only
-        vectors = [[] for _ in texts]
+        vectors = [[] for _ in embedded]
+    vectors = vectors + ([[]] if probe else [])
     areas = [q.area for q in queries] + ([None] if probe else [])
     requests = [
         SearchRequest(text=text, vector=vector, area=area)
