@@ -49,6 +49,10 @@ _BRIDGES = frozenset("de do da dos das del of the o a os as el la los las e y an
 # Words between a preposition and its value in "e para quem é PJ?", "y para los que son
 # pasantes?", "and for those who are contractors?".
 _FRAME_RELATIVES = frozenset("quem que who those is are sao es son seja sea".split())
+# Personal pronouns, which may name a person of the same turn ("o Rafael ... ele").
+_PERSONAL = frozenset(
+    "ele ela eles elas dele dela deles delas nele nela neles nelas el ella ellos ellas".split()
+)
 _CLAUSE_JOINERS = frozenset({"e", "y", "and", "but", "mas", "pero"})
 # Prepositions that frame the value an elliptical follow-up replaces ("e para X?").
 _PREPOSITIONS: dict[str, dict[str, str]] = {
@@ -170,10 +174,14 @@ def assess(
     strong = {w for w in turn.terms if stats.is_strong(w)}
     opener = opener_length(turn.tokens, lang)
     anaphors = find_anaphors(turn.tokens, lang, content)
-    # Only English resolves a pronoun in an earlier clause of the same turn ("Speaking of
-    # vaccines, how are they made?"); in Portuguese and Spanish the clause before a comma
-    # is context ("passei por uma enchente, dá pra pegar mais que isso?").
-    inside = lang == "en" and _resolved_inside(turn, anaphors[0], opener) if anaphors else False
+    # A pronoun may point at an earlier clause of the same turn ("Speaking of vaccines,
+    # how are they made?", "o Rafael pediu demissão e ele tinha auxílio"), but a
+    # Portuguese or Spanish demonstrative points at the conversation even after a clause
+    # of its own ("passei por uma enchente, dá pra pegar mais que isso?").
+    inside = False
+    if anaphors:
+        demonstrative = lang in ("pt", "es") and turn.tokens[anaphors[0]].norm not in _PERSONAL
+        inside = not demonstrative and _resolved_inside(turn, anaphors[0], opener)
     if anaphors and not inside:
         return Dependency("anaphor", turn.tokens[anaphors[0]].text, opener, anaphors[0])
     # "e para PJ?" is elliptical; "and what is the per diem?" asks a question of its own;

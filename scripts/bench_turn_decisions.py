@@ -1,0 +1,132 @@
+"""What the turn decisions without a model cost: the rule rewrite, and the extra searches.
+
+On the judged PT/ES turns of ../shared/data/ptes-dev (loaded into their own evaluation
+collection, as `manage.py evaluate` does), each turn is run through the real retrieval
+(`retrieval.pipeline.retrieve.retrieve`, rules mode) and, in the same run, through a
+single-query baseline: the turn's first query alone, embedded and searched the same way.
+Printed: the rewrite's p50/p95, embed + search p50/p95 of both, and their difference.
+
+    .venv/bin/python scripts/bench_turn_decisions.py [--tasks N] [--repeat R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatrag.settings")
+os.environ.setdefault("CHATRAG_DEBUG", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import django  # noqa: E402
+
+django.setup()
+
+from retrieval.embeddings import get_embedder  # noqa: E402
+from retrieval.evaluation import (  # noqa: E402
+    evaluation_collection_load,
+    glossary_load,
+    tasks_load,
+)
+from retrieval.pipeline.metrics import percentile  # noqa: E402
+from retrieval.pipeline.retrieve import retrieve  # noqa: E402
+from retrieval.pipeline.search import Scope, SearchRequest  # noqa: E402
+from retrieval.services import (  # noqa: E402
+    VocabularyLexicon,
+    glossary_for,
+    query_embedder_for,
+    retrieval_settings,
+    search_engine,
+)
+
+DATA = ROOT.parent / "shared" / "data" / "ptes-dev"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--tasks", type=int, default=0, help="only the first N tasks")
+    parser.add_argument("--repeat", type=int, default=2, help="timed passes over the tasks")
+    args = parser.parse_args()
+
+    embedder = get_embedder()
+    loaded = evaluation_collection_load(
+        corpus=DATA / "corpus.jsonl",
+        embedder=embedder,
+        glossary=glossary_load(DATA / "glossary.json"),
+    )
+    collection = loaded.collection
+    tasks = tasks_load(DATA / "tasks.jsonl")
+    if args.tasks:
+        tasks = tasks[: args.tasks]
+    engine = search_engine()
+    scope = Scope(collection_id=collection.id, see_everything=True)
+    lexicon = VocabularyLexicon(engine, collection.id, scope=scope)
+    glossary = glossary_for(collection=collection)
+    settings = retrieval_settings(mode="rules")
+    query_embedder = query_embedder_for(collection=collection)
+    assert query_embedder is not None
+
+    rewrite_ms: list[float] = []
+    turn_ms: list[float] = []
+    single_ms: list[float] = []
+    searches: list[int] = []
+
+    async def one(task_index: int, timed: bool) -> None:
+        task = tasks[task_index]
+        outcome = await retrieve(
+            question=task.question,
+            history=task.history,
+            glossary=glossary,
+            scope=scope,
+            engine=engine,
+            embedder=query_embedder,
+            lexicon=lexicon,
+            settings=settings,
+            language=task.language,
+        )
+        if not outcome.queries:
+            return  # small talk: nothing searched
+        first = outcome.rewrite.queries[0].text if outcome.rewrite.queries else task.question
+        start = time.perf_counter()
+        vector = query_embedder.embed_queries([first])[0]
+        engine.search_many([SearchRequest(text=first, vector=vector)], scope, settings.search)
+        single = (time.perf_counter() - start) * 1000
+        if timed:
+            rewrite_ms.append(outcome.timings_ms["rewrite"])
+            turn_ms.append(outcome.timings_ms["embed"] + outcome.timings_ms["search"])
+            single_ms.append(single)
+            searches.append(len(outcome.queries) + (1 if outcome.rewrite.topic else 0))
+
+    async def run() -> None:
+        for index in range(len(tasks)):  # warm: the dictionaries load, the caches fill
+            await one(index, timed=False)
+        for _ in range(args.repeat):
+            for index in range(len(tasks)):
+                await one(index, timed=True)
+
+    asyncio.run(run())
+
+    def p(values: list[float], q: float) -> float:
+        return percentile(values, q)
+
+    extra = [t - s for t, s in zip(turn_ms, single_ms, strict=True)]
+    print(f"turns timed: {len(turn_ms)} ({len(tasks)} x {args.repeat}), {os.cpu_count()} cores")
+    rows = [
+        ("rule rewrite", rewrite_ms),
+        ("embed+search, turn", turn_ms),
+        ("embed+search, 1 query", single_ms),
+        ("extra for the decisions", extra),
+    ]
+    for name, values in rows:
+        print(f"{name:<24} p50 {p(values, 50):6.1f} ms   p95 {p(values, 95):6.1f} ms")
+    print(f"{'searches per turn':<24} mean {sum(searches) / len(searches):.2f}")
+
+
+if __name__ == "__main__":
+    main()
