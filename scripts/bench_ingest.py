@@ -193,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.corpus.is_file():
         print(f"ingestion benchmark skipped: no corpus at {args.corpus}")
+        if args.json:
+            args.json.unlink(missing_ok=True)  # no figures of an earlier run in the table
         return 0
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
 
