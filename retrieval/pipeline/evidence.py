@@ -137,6 +137,7 @@ def _stems(words: Sequence[str]) -> frozenset[str]:
 def ambiguous_documents(
     question_terms: Sequence[str],
     titles: Sequence[tuple[str, Sequence[str]]],
+    texts: Sequence[Sequence[str]] | None = None,
 ) -> list[str]:
     """Return the titles a short question cannot choose between, or [] when it can.
 
@@ -144,6 +145,9 @@ def ambiguous_documents(
     across sibling documents when none of the question's words tells the best documents'
     titles apart: "quanto tempo de licença eu tenho?" matches "licença" in both the
     maternity and the paternity page; "licença paternidade, quantos dias?" matches one.
+    `texts` (each document's best passage, as words) settle it too: a question word beyond
+    the titles' that only the best page's passage has ("where does it snow the most in
+    North Carolina?": the climate page) names the reading.
     """
     if not question_terms or len(titles) < 2:
         return []
@@ -167,6 +171,14 @@ def ambiguous_documents(
         and (not general or heads[i] == heads[0])
         and (i == 0 or bool(first & _stems(titles[i][1])))
     ]
+    if texts is not None:
+        beyond = asked - matched[0]
+        own = [beyond & _stems(words) for words in texts[:CLARIFY_DEPTH]]
+        same = [
+            title
+            for title in same
+            if not own[0] - own[[t for t, _ in titles[:CLARIFY_DEPTH]].index(title)]
+        ]
     distinct = list(dict.fromkeys(same))
     return distinct[:MAX_OPTIONS] if len(distinct) >= 2 else []
 

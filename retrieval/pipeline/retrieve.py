@@ -167,12 +167,14 @@ def _clarify_from_evidence(
     the best documents' titles as its options too.
     """
     titles: list[tuple[str, list[str]]] = []
+    texts: list[list[str]] = []
     languages: list[str | None] = []
     for item in merged:
         title = item.hit.title.strip()
         if title and title not in (t for t, _ in titles):
             words = [part for term in content_terms(title) for part in term.split("-")]
             titles.append((title, words))
+            texts.append(content_terms(item.hit.text))
             languages.append(detect_language(f"{title} {item.hit.text[:300]}"))
         if len(titles) >= 4:
             break
@@ -183,7 +185,7 @@ def _clarify_from_evidence(
                 clarification_question(options, language), tuple(options)
             )
         return
-    options = ambiguous_documents(rewrite.clarify_terms, titles)
+    options = ambiguous_documents(rewrite.clarify_terms, titles, texts)
     # A sibling in the question's own language is the reading meant: "se me perdió la
     # tarjeta de alimentación" asks the Uruguayan page, not the Brazilian one.
     offered = [(t, lang) for (t, _), lang in zip(titles, languages, strict=True) if t in options]
