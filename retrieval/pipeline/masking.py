@@ -11,7 +11,9 @@ memory; nothing here logs, stores or prints it.
 Detectors are deliberately conservative (false positives hurt search):
 numbers are only masked when they carry valid check digits (CPF, CNPJ, DNI,
 NIE, IBAN, payment cards), an explicit context (RG, employee id, currency) or a
-phone-like shape.  Names are only the configured ``known_names``; there is no
+phone-like shape.  Names are the configured ``known_names`` and the
+capitalised words after an introduction ("sou a Mariana Teixeira", "me llamo
+Martín", "a colaboradora Débora Kuhn", "my name is Ana"); there is no
 named-entity recognition.
 
 All regular expressions are written so that matching stays linear in the
@@ -554,6 +556,26 @@ def _name_detector(names: Sequence[str]) -> _Detector | None:
     return detect
 
 
+# A person introduced by name ("sou a Mariana Teixeira", "me llamo Martín Olivera", "a
+# colaboradora Débora Kuhn", "my name is Ana"): the capitalised words after the cue. The
+# cue is needed: a capitalised word alone is as often a place or a policy as a person.
+_CAPITALISED = r"[A-ZÀ-ÖØ-Þ][a-zà-öø-ÿ]+(?:['’-][A-Za-zÀ-ÖØ-öø-ÿ]+)?"
+_PARTICLE = r"(?:d[aeo]s?|de\s+la|del|van|von|y|e)"
+_INTRO_RE: Final = re.compile(
+    r"(?i:(?<![\w])(?:sou\s+[oa]|sou|me\s+chamo|meu\s+nome\s+[ée]|soy|me\s+llamo|"
+    r"mi\s+nombre\s+es|my\s+name\s+is|i\s+am|i'm|"
+    r"(?:[oa]\s+)?(?:colaborador|colaboradora|funcion[áa]ri[oa]|estagi[áa]ri[oa]|"
+    r"compa[ñn]er[oa]|colega|empleado|empleada|gestor|gestora|jefe|jefa|"
+    r"sr\.?|sra\.?|colleague|employee|manager))\s+)"
+    r"(" + _CAPITALISED + r"(?:\s+(?:" + _PARTICLE + r"\s+)?" + _CAPITALISED + r"){0,3})"
+)
+
+
+def _detect_introduced_names(text: str) -> Iterator[_Hit]:
+    for match in _INTRO_RE.finditer(text):
+        yield _Hit(match.start(1), match.end(1), "NAME", _name_key(match.group(1)))
+
+
 # --------------------------------------------------------------------------
 # The masker
 # --------------------------------------------------------------------------
@@ -577,6 +599,7 @@ def _build_detectors(config: MaskingConfig) -> tuple[_Detector, ...]:
     names = _name_detector(config.known_names)
     if names is not None:
         detectors.append(names)
+    detectors.append(_detect_introduced_names)
     return tuple(detectors)
 
 

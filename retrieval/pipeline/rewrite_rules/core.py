@@ -262,7 +262,7 @@ def _truncate(text: str, limit: int) -> str:
 
 # A value written with thousands separators ("6.850", "4.381.226-7"): an amount or an
 # identity number, never worth searching and personal more often than not.
-_NUMBER_VALUE_RE = re.compile(r"^\d{1,3}(?:\.\d{3})+(?:,\d+)?(?:-\d)?$")
+_NUMBER_VALUE_RE = re.compile(r"^\d{1,3}(?:\.\d{3})+(?:,\d+)?(?:-\d{1,2})?$")
 _SPACES_RE = re.compile(r"\s+([,.;:?!])|\s{2,}")
 
 

@@ -242,3 +242,35 @@ def test_siblings_in_another_language_are_not_a_competing_reading() -> None:
     assert pointer.needs_clarification and pointer.clarify_reason == "pointer"
     _clarify_from_evidence(pointer, hits, "pt")
     assert pointer.clarification is not None and len(pointer.clarification.options) == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        (
+            "oi, sou a Mariana Teixeira Bonatto, e o reembolso?",
+            "oi, sou a [NAME_1], e o reembolso?",
+        ),
+        ("hola, soy Martín Olivera Sosa, cuánto me toca?", "hola, soy [NAME_1], cuánto me toca?"),
+        (
+            "a colaboradora Débora Kuhn vai sair de licença",
+            "a colaboradora [NAME_1] vai sair de licença",
+        ),
+        ("my name is John Smith, how do I claim?", "my name is [NAME_1], how do I claim?"),
+        ("sou PJ, como cobro?", "sou PJ, como cobro?"),  # an acronym, not a name
+        ("soy de Montevideo", "soy de Montevideo"),
+        ("sou estagiária, tenho VR?", "sou estagiária, tenho VR?"),
+    ],
+)
+def test_a_person_introduced_by_name_is_masked(text: str, masked: str) -> None:
+    from retrieval.pipeline.masking import Masker
+
+    assert Masker().mask(text) == masked
+
+
+def test_identity_numbers_without_valid_check_digits_are_never_searched() -> None:
+    stats = Stats(LEXICON)
+    cleaned = clean_query(
+        "o CPF 026.411.839-05 e a CI 4.381.226-7", stats, frozenset(), frozenset()
+    )
+    assert "026.411.839-05" not in cleaned and "4.381.226-7" not in cleaned
