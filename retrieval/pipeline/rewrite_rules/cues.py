@@ -168,6 +168,9 @@ _SWITCH_PHRASES = (
     ("mudando", "de"),
     ("mudanca", "de"),
 )
+# "e sobre …", "y sobre …", "e acerca de …": a subject of its own unless it is a facet.
+_ABOUT_OPENERS = frozenset({("e", "sobre"), ("y", "sobre"), ("e", "acerca"), ("y", "acerca")})
+_ARTICLES = _set("o a os as um uma el la los las un una do da dos das de del")
 # Phrases that change the subject only where a turn starts ("outra coisa, quanto é...";
 # "posso fazer outra coisa?" does not): checked within the first words.
 _SWITCH_OPENING = 4
@@ -302,6 +305,13 @@ def is_topic_switch(tokens: Sequence[Token]) -> bool:
     present = set(words)
     if present & _SWITCH_VERBS and present & _SWITCH_NOUNS:
         return True
+    # "e sobre o plano odontológico?" names a new subject; "e sobre o prazo?" asks a facet.
+    rest = strip_lead_filler(tokens)
+    lead = tuple(t.norm for t in rest[:2])
+    if lead in _ABOUT_OPENERS and lead[0] == rest[0].text.casefold():
+        named = [t.norm for t in rest[2:] if len(t.norm) > 3 and t.norm not in _ARTICLES]
+        if named and not all(w in FACETS for w in named):
+            return True
     head = words[: _SWITCH_OPENING + 1]
     for phrase in _SWITCH_PHRASES:
         size = len(phrase)

@@ -274,3 +274,10 @@ def test_identity_numbers_without_valid_check_digits_are_never_searched() -> Non
         "o CPF 026.411.839-05 e a CI 4.381.226-7", stats, frozenset(), frozenset()
     )
     assert "026.411.839-05" not in cleaned and "4.381.226-7" not in cleaned
+
+
+def test_and_about_a_new_subject_is_a_topic_switch() -> None:
+    result = rewrite("e sobre o plano de saúde?", "qual o valor do VR?", "R$ 40 por dia.")
+    assert not any("vr" in words(q.text) for q in result.queries)
+    facet = rewrite("e sobre o prazo?", "como peço reembolso de despesas?", "Pelo portal.")
+    assert any("reembolso" in words(q.text) for q in facet.queries)
