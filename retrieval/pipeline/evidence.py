@@ -127,6 +127,7 @@ SHORT_QUESTION_TERMS = 3
 # How many of the best documents a clarification weighs, and offers at most.
 CLARIFY_DEPTH = 3
 MAX_OPTIONS = 4
+_INFINITIVE = ("ar", "er", "ir")
 _STEM = 6  # title and question words compared by their first letters ("licença"/"licencia")
 
 
@@ -138,6 +139,7 @@ def ambiguous_documents(
     question_terms: Sequence[str],
     titles: Sequence[tuple[str, Sequence[str]]],
     texts: Sequence[Sequence[str]] | None = None,
+    language: str | None = None,
 ) -> list[str]:
     """Return the titles a short question cannot choose between, or [] when it can.
 
@@ -172,7 +174,13 @@ def ambiguous_documents(
         and (i == 0 or bool(first & _stems(titles[i][1])))
     ]
     if texts is not None:
-        beyond = asked - matched[0]
+        # A Portuguese or Spanish infinitive ("quero entrar no plano") says what to do, not
+        # which page: only nouns and names beyond the titles pick a reading.
+        beyond = {
+            w
+            for w in asked - matched[0]
+            if not (language in ("pt", "es") and len(w) > 4 and w.endswith(_INFINITIVE))
+        }
         own = [beyond & _stems(words) for words in texts[:CLARIFY_DEPTH]]
         same = [
             title

@@ -185,7 +185,7 @@ def _clarify_from_evidence(
                 clarification_question(options, language), tuple(options)
             )
         return
-    options = ambiguous_documents(rewrite.clarify_terms, titles, texts)
+    options = ambiguous_documents(rewrite.clarify_terms, titles, texts, language)
     # A sibling in the question's own language is the reading meant: "se me perdió la
     # tarjeta de alimentación" asks the Uruguayan page, not the Brazilian one.
     offered = [(t, lang) for (t, _), lang in zip(titles, languages, strict=True) if t in options]

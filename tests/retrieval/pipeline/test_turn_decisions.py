@@ -281,3 +281,22 @@ def test_and_about_a_new_subject_is_a_topic_switch() -> None:
     assert not any("vr" in words(q.text) for q in result.queries)
     facet = rewrite("e sobre o prazo?", "como peço reembolso de despesas?", "Pelo portal.")
     assert any("reembolso" in words(q.text) for q in facet.queries)
+
+
+def test_a_word_only_the_best_passage_has_names_the_reading_unless_it_is_a_verb() -> None:
+    titles = [
+        ("Climate of North Carolina", ["climate", "north", "carolina"]),
+        ("North Carolina", ["north", "carolina"]),
+    ]
+    texts = [["snow", "falls", "mountains"], ["state", "capital", "raleigh"]]
+    assert ambiguous_documents(["snow", "north", "carolina"], titles, texts, "en") == []
+    plans = [
+        ("Plano de saúde – titulares", ["plano", "saude", "titulares"]),
+        ("Plano odontológico", ["plano", "odontologico"]),
+    ]
+    words_in = [["entrar", "plano", "adesao"], ["plano", "adesao", "carencia"]]
+    # "quero entrar no plano": "entrar" says what to do, not which plan.
+    assert ambiguous_documents(["entrar", "plano"], plans, words_in, "pt") == [
+        "Plano de saúde – titulares",
+        "Plano odontológico",
+    ]
