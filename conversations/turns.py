@@ -50,6 +50,7 @@ from retrieval.pipeline.types import GlossaryEntry, HistoryMessage
 from retrieval.services import (
     VocabularyLexicon,
     chat_model,
+    collection_language,
     default_collection,
     glossary_for,
     known_names_for,
@@ -102,6 +103,8 @@ class TurnContext:
     model: ChatModel | None
     known_names: list[str]
     embedder: Embedder | None
+    # The collection's language: the answer's when a question is too short to tell.
+    default_language: str = "pt"
 
 
 def turn_context(message_id: int) -> TurnContext:
@@ -126,6 +129,7 @@ def turn_context(message_id: int) -> TurnContext:
         model=chat_model(),
         known_names=list(known_names_for(user)),
         embedder=query_embedder_for(collection=collection),
+        default_language=collection_language(collection=collection),
     )
 
 
@@ -327,7 +331,7 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
     emit = _never_raising(emit, message_id)
     try:
         ctx = await _load(message_id)
-        language = answer_language(ctx.question)
+        language = answer_language(ctx.question, ctx.default_language)
         question = ctx.question
 
         async def announce(announced: RewriteAnnouncement) -> None:

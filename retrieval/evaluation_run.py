@@ -44,6 +44,7 @@ from retrieval.pipeline.text import token_spans
 from retrieval.pipeline.types import LexiconView
 from retrieval.services import (
     VocabularyLexicon,
+    collection_language,
     glossary_for,
     query_embedder_for,
     retrieval_settings,
@@ -194,8 +195,9 @@ async def evaluate_mode(
     report = ModeReport(mode=mode, ks=ks)
     references = references_by_task(tasks) if answers else {}
     depth = max([10, *ks])
+    fallback = await sync_to_async(collection_language)(collection=collection)
     for task in tasks:
-        turn_language = task.language or language or answer_language(task.question)
+        turn_language = task.language or language or answer_language(task.question, fallback)
         outcome = await retrieve(
             question=task.question,
             history=task.history,
@@ -207,6 +209,7 @@ async def evaluate_mode(
             settings=settings,
             model=model,
             language=task.language or language,
+            default_language=fallback,
             today=timezone.localdate(),
         )
         row = task_row(task=task, outcome=outcome, mode=mode, ks=ks, depth=depth)

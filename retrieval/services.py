@@ -10,16 +10,18 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
+from django.db.models import Count
 from django.utils.module_loading import import_string
 from psycopg.conninfo import make_conninfo
 
 from retrieval.embeddings import Embedder, get_embedder
-from retrieval.models import Collection, GlossaryEntry
+from retrieval.models import Collection, Document, GlossaryEntry
 from retrieval.pipeline.fusion import FusionStrategy
 from retrieval.pipeline.llm import ChatModel
 from retrieval.pipeline.masking import MaskingConfig
 from retrieval.pipeline.retrieve import RetrievalSettings, RewriteMode
 from retrieval.pipeline.search import Scope, SearchEngine, SearchParams, get_engine
+from retrieval.pipeline.text import LANGUAGES
 from retrieval.pipeline.types import GlossaryEntry as GlossaryValue
 from retrieval.pipeline.types import LexiconView
 
@@ -156,6 +158,22 @@ def query_embedder_for(*, collection: Collection) -> Embedder | None:
     if collection.embedding_model and collection.embedding_model != embedder.name:
         return None
     return embedder
+
+
+def collection_language(*, collection: Collection) -> str:
+    """The language most of the collection's documents are in (else the configured default).
+
+    A turn too short to tell its own language ("node data") is read in it.
+    """
+    row = (
+        Document.objects.filter(collection=collection)
+        .values("language")
+        .annotate(n=Count("id"))
+        .order_by("-n")
+        .first()
+    )
+    language = str(row["language"]) if row else ""
+    return language if language in LANGUAGES else settings.CHATRAG_DEFAULT_LANGUAGE
 
 
 def default_collection() -> Collection:

@@ -233,6 +233,7 @@ async def retrieve(
     model: ChatModel | None = None,
     known_names: Sequence[str] = (),
     language: str | None = None,
+    default_language: str | None = None,
     on_rewrite: Callable[[RewriteAnnouncement], Awaitable[None]] | None = None,
     today: date | None = None,
 ) -> RetrievalOutcome:
@@ -264,6 +265,7 @@ async def retrieve(
         max_query_chars=settings.max_query_chars,
         today=today,
         language=language,
+        default_language=default_language,
         earlier_messages=max(0, len(history) - len(window)),
     )
     t = time.perf_counter()
@@ -320,7 +322,8 @@ async def retrieve(
     passages = cut_passages(
         merged, limit=settings.passages, max_per_document=settings.max_per_document
     )
-    _clarify_from_evidence(rewrite, merged, language or detect_language(masked_question))
+    turn_language = language or detect_language(masked_question) or default_language
+    _clarify_from_evidence(rewrite, merged, turn_language)
     timings["merge"] = _ms(t)
     return RetrievalOutcome(
         masked_question=masked_question,

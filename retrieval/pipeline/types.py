@@ -97,6 +97,8 @@ class RewriteInput:
     max_query_chars: int = 300
     today: date | None = None
     language: str | None = None  # "pt", "es", "en" or None when unknown
+    # The collection's language, for a turn too short to tell its own ("node data").
+    default_language: str | None = None
     # Messages of the conversation before the window: "voltando ao primeiro assunto" may
     # point at something the rewrite cannot see.
     earlier_messages: int = 0

@@ -105,7 +105,10 @@ def turn_language(inp: RewriteInput) -> Language | None:
         if inp.language == lang:
             return lang
     users = " ".join(m.text for m in inp.history if m.role == "user")
-    return detect_language(inp.question) or detect_language(f"{users} {inp.question}")
+    guessed = detect_language(inp.question) or detect_language(f"{users} {inp.question}")
+    if guessed is not None:
+        return guessed
+    return next((lang for lang in LANGUAGES if inp.default_language == lang), None)
 
 
 def lexicon_words(inp: RewriteInput) -> set[str]:

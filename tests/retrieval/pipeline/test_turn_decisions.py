@@ -300,3 +300,10 @@ def test_a_word_only_the_best_passage_has_names_the_reading_unless_it_is_a_verb(
         "Plano de saúde – titulares",
         "Plano odontológico",
     ]
+
+
+def test_a_turn_too_short_to_tell_its_language_is_read_in_the_collections() -> None:
+    from retrieval.pipeline.rewrite_rules.core import turn_language
+
+    assert turn_language(RewriteInput("node data", default_language="en")) == "en"
+    assert turn_language(RewriteInput("quantos dias de férias?", default_language="en")) == "pt"
