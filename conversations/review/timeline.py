@@ -9,6 +9,8 @@ came from documents the viewing staff member may not read is a placeholder
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -280,6 +282,7 @@ def _redact(
     for query in review.queries:
         query.text = scrub(query.text)
     review.notes = [scrub(n) for n in review.notes]
+    _redact_corrections(review, redactor, question=question)
     review.anomalies = [scrub(a) for a in review.anomalies]
     review.errors = [scrub(e) for e in review.errors]
     review.rewrite_error = scrub(review.rewrite_error)
@@ -288,6 +291,30 @@ def _redact(
         clarification["question"] = scrub(str(clarification.get("question") or ""))
         clarification["options"] = [scrub(str(o)) for o in clarification.get("options") or []]
         review.clarification = clarification
+
+
+def _redact_corrections(review: TurnReview, redactor: TurnRedactor, *, question: Message) -> None:
+    """Undo the spelling fixes a viewer outside the author's groups may not learn.
+
+    A correction comes from the words of the documents the author may read: "dosie" ->
+    "dossie" tells that "dossie" is in a restricted document. For a viewer who lacks one
+    of the author's groups, the corrected words go back to what was typed, in the queries
+    and the notes, and the corrections are not listed.
+    """
+    if not review.corrections:
+        return
+    author = set(question.conversation.owner.groups.values_list("id", flat=True))
+    viewer = set(redactor.viewer.groups.values_list("id", flat=True))
+    if author <= viewer:
+        return
+    for wrong, right in review.corrections:
+        pattern = re.compile(rf"(?<!\w){re.escape(right)}(?!\w)", re.IGNORECASE)
+        for query in review.queries:
+            query.text = pattern.sub(wrong, query.text)
+        review.notes = [
+            n for n in (pattern.sub(wrong, note) for note in review.notes) if "spelling:" not in n
+        ]
+    review.corrections = []
 
 
 def _add_answer(review: TurnReview, answer: Message, owner: User) -> None:

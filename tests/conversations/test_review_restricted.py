@@ -403,3 +403,29 @@ def test_retry_searches_only_what_the_staff_member_may_read_too(
     for user in (helena, boss):
         page = _get(user, url)
         assert SALARY_ID in page and PLACEHOLDER_DOCUMENT not in page
+
+
+def test_spelling_fixes_from_restricted_words_are_undone_for_staff_outside_the_group(
+    talk: Talk, vera: User, helena: User
+) -> None:
+    # Rita's "dosie" was corrected to "dossie", a word only a restricted document has.
+    trace = _turn(
+        talk.conversation,
+        "onde fica o dosie?",
+        hits=[(PUBLIC_ID, PUBLIC_TITLE)],
+        answer="Não encontrei.",
+        sources=[],
+        rewrite={
+            "corrections": {"dosie": "dossie"},
+            "notes": ["spelling: 'dosie' -> 'dossie'"],
+        },
+    )
+    trace.search = {
+        **trace.search,
+        "queries": [{"text": "onde fica o dossie?", "type": "normalize"}],
+    }
+    trace.save(update_fields=["search"])
+    url = reverse("admin:conversations_turntrace_change", args=[trace.pk])
+    outside = _get(vera, url)
+    assert "dossie" not in outside and "dosie" in outside
+    assert "dossie" in _get(helena, url)
