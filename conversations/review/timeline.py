@@ -10,7 +10,6 @@ came from documents the viewing staff member may not read is a placeholder
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
