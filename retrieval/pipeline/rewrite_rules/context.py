@@ -49,6 +49,7 @@ _BRIDGES = frozenset("de do da dos das del of the o a os as el la los las e y an
 # Words between a preposition and its value in "e para quem é PJ?", "y para los que son
 # pasantes?", "and for those who are contractors?".
 _FRAME_RELATIVES = frozenset("quem que who those is are sao es son seja sea".split())
+_RELATIVE_PRONOUNS = frozenset("quem que who".split())
 # Personal pronouns, which may name a person of the same turn ("o Rafael ... ele").
 _PERSONAL = frozenset(
     "ele ela eles elas dele dela deles delas nele nela neles nelas el ella ellos ellas".split()
@@ -259,8 +260,13 @@ def _frame(
     if start >= len(tokens) or tokens[start].norm not in preps:
         return None
     words: list[str] = []
-    for token in tokens[start + 1 : start + 5]:
+    following = tokens[start + 1 : start + 5]
+    for index, token in enumerate(following):
         if is_content_word(token.norm, stopwords):
+            # "pra quem adota": a verb after the relative asks about someone new, not a
+            # value of the topic ("para quem é PJ").
+            if index and following[index - 1].norm in _RELATIVE_PRONOUNS:
+                return None
             words.append(token.norm)
         elif (token.norm not in _BRIDGES and token.norm not in _FRAME_RELATIVES) or words:
             break

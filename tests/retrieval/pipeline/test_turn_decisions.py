@@ -307,3 +307,10 @@ def test_a_turn_too_short_to_tell_its_language_is_read_in_the_collections() -> N
 
     assert turn_language(RewriteInput("node data", default_language="en")) == "en"
     assert turn_language(RewriteInput("quantos dias de férias?", default_language="en")) == "pt"
+
+
+def test_a_relative_clause_with_a_verb_asks_about_someone_new() -> None:
+    # "e pra quem adota, tem licença?" after the daycare allowance: a new audience and
+    # topic, left to the search evidence; "e para quem é PJ?" stays a restriction.
+    result = rewrite("e pra quem adota, tem licença?", "qual o valor do VR?", "R$ 40 por dia.")
+    assert "standalone" in [q.reading for q in result.queries]
