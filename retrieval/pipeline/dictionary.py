@@ -37,9 +37,3 @@ def known_words(words: Iterable[str], language: str | None) -> frozenset[str]:
         assert code is not None
         found |= wanted & _words(code)
     return frozenset(found)
-
-
-def warm(languages: Iterable[str] = LANGUAGES) -> None:
-    """Load the dictionaries now (a worker does it at start, not on its first turn)."""
-    for code in languages:
-        _words(code)

@@ -167,7 +167,7 @@ def ambiguous_documents(
     # weak search, not an ambiguous question.
     first = _stems(titles[0][1])
     same = [
-        titles[i][0]
+        i
         for i, m in enumerate(matched)
         if m == matched[0]
         and (not general or heads[i] == heads[0])
@@ -182,12 +182,8 @@ def ambiguous_documents(
             if not (language in ("pt", "es") and len(w) > 4 and w.endswith(_INFINITIVE))
         }
         own = [beyond & _stems(words) for words in texts[:CLARIFY_DEPTH]]
-        same = [
-            title
-            for title in same
-            if not own[0] - own[[t for t, _ in titles[:CLARIFY_DEPTH]].index(title)]
-        ]
-    distinct = list(dict.fromkeys(same))
+        same = [i for i in same if not own[0] - own[i]]
+    distinct = list(dict.fromkeys(titles[i][0] for i in same))
     return distinct[:MAX_OPTIONS] if len(distinct) >= 2 else []
 
 

@@ -166,6 +166,9 @@ def _clarify_from_evidence(
     A clarification the words already asked for ("e isso?" with nothing before it) gets
     the best documents' titles as its options too.
     """
+    pointer = rewrite.needs_clarification and rewrite.clarify_reason == "pointer"
+    if not rewrite.clarify_terms and not pointer:
+        return  # nothing to decide: the hits' words are not read on an ordinary turn
     titles: list[tuple[str, list[str]]] = []
     texts: list[list[str]] = []
     languages: list[str | None] = []
@@ -179,7 +182,7 @@ def _clarify_from_evidence(
         if len(titles) >= 4:
             break
     if rewrite.needs_clarification and rewrite.clarification is not None:
-        if rewrite.clarify_reason == "pointer" and not rewrite.clarification.options and titles:
+        if pointer and not rewrite.clarification.options and titles:
             options = [t for t, _ in titles[:3]]
             rewrite.clarification = Clarification(
                 clarification_question(options, language), tuple(options)

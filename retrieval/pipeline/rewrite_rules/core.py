@@ -281,9 +281,8 @@ def clean_query(
     cursor = 0
     for token in token_spans(text):
         surface = token.text
-        sentence_start = (
-            not text[: token.start].strip() or text[: token.start].rstrip()[-1] in ".?!:;¿¡"
-        )
+        before = text[: token.start].rstrip()
+        sentence_start = not before or before[-1] in ".?!:;¿¡"
         name = (
             stats.available
             and surface[:1].isupper()
@@ -353,9 +352,10 @@ def _used_as_term(tokens: list[Token], index: int) -> bool:
 
 def _with_place_names(text: str) -> str:
     """Name a country in the other languages too: "no Uruguai" -> "no Uruguai (Uruguay)"."""
-    present = {t.norm for t in token_spans(text)}
+    tokens = token_spans(text)
+    present = {t.norm for t in tokens}
     insertions: list[tuple[int, str]] = []
-    for token in token_spans(text):
+    for token in tokens:
         missing = [v for v in place_variants(token.norm) if normalize(v) not in present]
         if missing:
             insertions.append((token.end, f" ({' '.join(missing)})"))
