@@ -176,11 +176,13 @@ def ambiguous_documents(
     if texts is not None:
         # A Portuguese or Spanish infinitive ("quero entrar no plano") says what to do, not
         # which page: only nouns and names beyond the titles pick a reading.
-        beyond = {
+        # Judged on the whole word: a stem ("cancel" of "cancelar") hides the ending.
+        nouns = [
             w
-            for w in asked - matched[0]
+            for w in question_terms
             if not (language in ("pt", "es") and len(w) > 4 and w.endswith(_INFINITIVE))
-        }
+        ]
+        beyond = _stems(nouns) - matched[0]
         own = [beyond & _stems(words) for words in texts[:CLARIFY_DEPTH]]
         same = [i for i in same if not own[0] - own[i]]
     distinct = list(dict.fromkeys(titles[i][0] for i in same))

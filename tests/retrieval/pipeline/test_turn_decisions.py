@@ -300,6 +300,9 @@ def test_a_word_only_the_best_passage_has_names_the_reading_unless_it_is_a_verb(
         "Plano de saúde – titulares",
         "Plano odontológico",
     ]
+    # A longer infinitive too, though its stem ("cancel") has lost the ending.
+    cancel = [["cancelar", "plano"], ["plano", "carencia"]]
+    assert len(ambiguous_documents(["cancelar", "plano"], plans, cancel, "pt")) == 2
 
 
 def test_a_turn_too_short_to_tell_its_language_is_read_in_the_collections() -> None:
