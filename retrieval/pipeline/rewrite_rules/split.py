@@ -60,9 +60,13 @@ def split_questions(text: str, lang: str | None, has_content: Callable[[str], bo
     for index, sentence in enumerate(sentences):
         sentence = f"{pending} {sentence}".strip() if pending else sentence
         pending = ""
-        if not _has_question_form(sentence, lang) and index < len(sentences) - 1:
-            pending = sentence
-            continue
+        if not _has_question_form(sentence, lang):
+            if index < len(sentences) - 1:
+                pending = sentence
+                continue
+            if pieces:  # a closing remark ("ando corto de plata") explains the question
+                pieces[-1] = f"{pieces[-1]} {sentence}"
+                continue
         pieces.extend(_split_on_conjunctions(sentence, lang))
     if pending:
         pieces.append(pending)

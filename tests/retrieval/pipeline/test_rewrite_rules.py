@@ -271,6 +271,16 @@ def test_multi_topic_split_in_spanish_and_english() -> None:
     assert texts(english) == ["how do I claim travel expenses", "what is the per diem"]
 
 
+def test_a_closing_remark_stays_with_its_question() -> None:
+    # "I'm short of cash" says why the person asks; it is no second question to search.
+    result = rewrite("¿me pueden adelantar el aguinaldo? ando corto de plata")
+    assert len(texts(result)) == 1 or all("aguinaldo" in words(t) for t in texts(result))
+    assert not any(q.type == "decompose" for q in result.queries)
+    # A statement before the question still leads into it, and two questions still split.
+    two = rewrite("vou viajar a trabalho. qual é a diária? e como peço o adiantamento?")
+    assert [q.type for q in two.queries][:2] == ["decompose", "decompose"]
+
+
 def test_coordinated_nouns_under_one_question_stay_one_query() -> None:
     result = rewrite("qual o valor do vale-refeição e do vale-alimentação?")
     assert texts(result) == ["qual o valor do vale-refeição e do vale-alimentação?"]

@@ -114,11 +114,36 @@ def test_evidence_keeps_the_follow_up_when_the_turn_alone_stays_in_the_conversat
 def test_evidence_searches_both_readings_when_the_turn_alone_leaves_the_conversation() -> None:
     # Neither a confident new topic nor anything of the conversation's: a drift as often
     # as a follow-up ("and what about its side effects?"), so both readings are searched.
+    # The topic-aware reading still sees the turn's own favourite near its top.
     sibling, topic = _hit("spain", 1, 7, None), _hit("chile", 2, 1, 1)
-    decision = choose_reading(QUERIES, [[topic], [sibling], [sibling]], topic_hits=[topic])
+    decision = choose_reading(
+        QUERIES, [[topic, sibling], [sibling], [sibling]], topic_hits=[topic]
+    )
     assert decision.reading == "both"
     assert decision.keep == (0, 1)
     assert decision.standalone_weight > 0
+
+
+def test_evidence_keeps_the_follow_up_when_only_the_turn_alone_strays() -> None:
+    # "desconta alguma coisa da minha bolsa?" after the interns' meal allowance: alone, the
+    # words find a payroll page; with the topic, the allowance page leads both legs and the
+    # payroll page is nowhere near the top, so the turn's own words are not searched.
+    allowance, payroll = _hit("vr-intern", 1, 1, 1), _hit("payroll", 2, 2, 1)
+    filler = [_hit(f"other-{n}", 3 + n, 4 + n, 4 + n) for n in range(3)]
+    decision = choose_reading(
+        QUERIES,
+        [[allowance, *filler, payroll], [payroll], [payroll]],
+        topic_hits=[allowance],
+    )
+    assert decision.reading == "contextual"
+    assert decision.keep == (0,)
+    assert "strays" in decision.reason
+    # Not when the topic-aware reading is unsure of its own best document.
+    unsure = _hit("vr-intern", 1, 9, None)
+    decision = choose_reading(
+        QUERIES, [[unsure, *filler, payroll], [payroll], [payroll]], topic_hits=[unsure]
+    )
+    assert decision.reading == "both"
 
 
 def test_a_turn_that_points_back_is_only_searched_with_its_topic() -> None:
