@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 
 from .dictionary import known_words
 from .evidence import ambiguous_documents, choose_reading, clarification_question
+from .filters import prefer_countries, turn_countries
 from .fusion import FusionStrategy, Hit, MergedHit, cut_passages, merge_results
 from .glossary import find_glossary_hits
 from .llm import ChatModel
@@ -322,6 +323,14 @@ async def retrieve(
     split = any(q.type == "decompose" for q in queries)
     strategy: FusionStrategy = "max" if split else settings.fusion
     merged = merge_results(queries, results, strategy=strategy, rrf_k=settings.rrf_k)
+    earlier = [m.text for m in window if m.role == "user"]
+    merged, preference = prefer_countries(merged, turn_countries(queries, earlier))
+    if preference is not None:
+        rewrite.countries = preference.countries
+        rewrite.notes.append(
+            f"country filter: {', '.join(preference.countries)} (its pages first: "
+            f"{preference.promoted}; other countries' pages after: {preference.demoted})"
+        )
     passages = cut_passages(
         merged, limit=settings.passages, max_per_document=settings.max_per_document
     )

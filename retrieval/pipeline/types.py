@@ -145,6 +145,9 @@ class RewriteResult:
     # Which version of which rewrite policy produced this ("rules-2026.05.1",
     # "llm/<model>/prompt-<hash>", "none"): traces, evaluations and a cache tell them apart.
     policy: str | None = None
+    # Countries the turn places its question in ("no Uruguai", carried "en Chile"): their
+    # pages are preferred over other countries' siblings (retrieval.pipeline.filters).
+    countries: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # The baselines (searching the words as typed, or joined to the last turn) have no
@@ -190,4 +193,5 @@ class RewriteResult:
             "small_talk": self.small_talk,
             "topic": self.topic,
             "decision": self.decision,
+            "countries": list(self.countries),
         }

@@ -84,6 +84,27 @@ def test_the_same_follow_up_without_rewrite_searches_the_words_as_typed(
     assert any("reembolso" in q["text"] for q in rules["queries"])
 
 
+def test_a_country_the_conversation_fixed_is_not_outvoted_by_a_looser_query(
+    small_kb: Any, tmp_path: Path
+) -> None:
+    # The browser case of issue 12: Chile's vacation days, then resigning before taking
+    # them. The user's own words alone pull up Spain's sibling page just as well.
+    history = _history_file(
+        tmp_path,
+        [
+            {"role": "user", "text": "¿cuántos días de vacaciones tengo en Chile?"},
+            {"role": "assistant", "text": "En Chile son 15 días hábiles de feriado legal [1]."},
+        ],
+    )
+    data = _ask_json("¿y si renuncio antes de tomarlas?", "--history-file", history)
+    assert data["rewrite"]["countries"] == ["chile"]
+    assert any(n.startswith("country filter: chile") for n in data["rewrite"]["notes"])
+    documents = [s["document"] for s in data["sources"]]
+    assert documents[0] == "es/vacaciones-chile"
+    if "es/vacaciones-espana" in documents:
+        assert documents.index("es/vacaciones-espana") > documents.index("es/vacaciones-chile")
+
+
 def test_sources_and_answer_are_the_turns_own(small_kb: Any, personas: dict[str, Any]) -> None:
     """The same question as a real turn of Ana's: the same cut, the same extractive answer."""
     question = "prazo para pedir reembolso de despesas com nota fiscal"

@@ -159,3 +159,40 @@ _VARIANTS: dict[str, tuple[str, ...]] = {
 def place_variants(word: str) -> tuple[str, ...]:
     """Return a country's other names ("uruguai" -> "Uruguay"), or () for anything else."""
     return _VARIANTS.get(word, ())
+
+
+# Place words that name a city, not a country: no country filter comes from them.
+_CITIES = frozenset(
+    normalize("madrid barcelona santiago lisboa lisbon bogota lima londres london").split()
+)
+_COUNTRY_PHRASES: dict[tuple[str, ...], str] = {
+    ("estados", "unidos"): "usa",
+    ("united", "states"): "usa",
+    ("reino", "unido"): "uk",
+}
+
+
+def country_key(word: str) -> str | None:
+    """Return one name for a country in any of its languages ("uruguai" -> "uruguay")."""
+    if word in _CITIES or slot_of(word) != "place":
+        return None
+    if word == "eua":
+        return "usa"
+    return min({word, *(normalize(v) for v in place_variants(word))})
+
+
+def country_spans(tokens: Sequence[Token]) -> list[tuple[int, int, str]]:
+    """Return (first, last, country_key) for each country the tokens name."""
+    words = [t.norm for t in tokens]
+    taken: set[int] = set()
+    spans = _phrase_spans(words, _COUNTRY_PHRASES, taken)
+    for i, word in enumerate(words):
+        key = country_key(word)
+        if key is not None and i not in taken:
+            spans.append((i, i, key))
+    return sorted(spans)
+
+
+def countries_in(tokens: Sequence[Token]) -> frozenset[str]:
+    """Return the countries the tokens name, by their `country_key`."""
+    return frozenset(key for _first, _last, key in country_spans(tokens))

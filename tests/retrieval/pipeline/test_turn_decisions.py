@@ -116,9 +116,7 @@ def test_evidence_searches_both_readings_when_the_turn_alone_leaves_the_conversa
     # as a follow-up ("and what about its side effects?"), so both readings are searched.
     # The topic-aware reading still sees the turn's own favourite near its top.
     sibling, topic = _hit("spain", 1, 7, None), _hit("chile", 2, 1, 1)
-    decision = choose_reading(
-        QUERIES, [[topic, sibling], [sibling], [sibling]], topic_hits=[topic]
-    )
+    decision = choose_reading(QUERIES, [[topic, sibling], [sibling], [sibling]], topic_hits=[topic])
     assert decision.reading == "both"
     assert decision.keep == (0, 1)
     assert decision.standalone_weight > 0
