@@ -36,6 +36,7 @@ Mentions = Mapping[str, int]
 DEPENDENT_KINDS: frozenset[Kind] = frozenset({"anaphor", "ellipsis", "weak"})
 ANCHOR_TERMS = 4  # rare words taken from the turn that names the topic
 SUBTOPIC_TERMS = 2  # rare words taken from each dependent turn after it
+EARLIER_ANCHOR_TERMS = 1  # rare words the turn before the newest self-contained one lends
 # A turn of common words only leans on the conversation when it is this short; a longer
 # one ("is storage included in the VPC price?") says what it asks about...
 WEAK_MAX_TERMS = 2
@@ -347,10 +348,13 @@ def plan_carry(
     def order(word: str) -> tuple[int, str]:
         return positions.get(word, len(positions)), word
 
+    anchors = 0
     for offset in range(-1, -len(user_turns) - 1, -1):
         turn = user_turns[offset]
         kind = assess(turn, lang, stats, protected, mentions).kind
         is_anchor = kind not in DEPENDENT_KINDS
+        if anchors and kind == "switch":
+            break
         replaced: set[str] = set()
         for old, newer in _replacements(turn, walk, lang, stopwords):
             replaced |= old
@@ -358,7 +362,12 @@ def plan_carry(
             walk.plan.replaced.append((render_phrase(turn.tokens, old), new_words))
         # The turn that names the topic gives its rarer words; a turn that points back
         # gives only its rare ones; a vague one ("qual o prazo?") its less common ones.
-        if is_anchor:
+        if anchors:
+            # The turn before the newest self-contained one: that one may have been an
+            # implicit follow-up itself ("venceu o semestre, perco o saldo?" after the
+            # hours bank), so the older topic lends its rarest word.
+            floor, limit = STRONG, EARLIER_ANCHOR_TERMS
+        elif is_anchor:
             floor, limit = COMMON, ANCHOR_TERMS
         else:
             floor, limit = (COMMON if kind == "weak" else STRONG), SUBTOPIC_TERMS
@@ -377,8 +386,9 @@ def plan_carry(
             for slot, words in _slot_values(turn, walk.extra_slots).items():
                 walk.slots.setdefault(slot, set()).update(words & set(chosen))
             walk.surface.update((t.norm, t.text) for t in turn.tokens if t.norm in chosen)
-        if is_anchor:
+        if anchors or (is_anchor and kind == "switch"):
             break
+        anchors += is_anchor
     return walk.plan
 
 

@@ -340,3 +340,26 @@ def test_a_relative_clause_with_a_verb_asks_about_someone_new() -> None:
     # topic, left to the search evidence; "e para quem é PJ?" stays a restriction.
     result = rewrite("e pra quem adota, tem licença?", "qual o valor do VR?", "R$ 40 por dia.")
     assert "standalone" in [q.reading for q in result.queries]
+
+
+def test_a_follow_up_of_a_follow_up_keeps_a_word_of_the_first_topic() -> None:
+    # The second question reads as self-contained ("compensado", "seis", "meses"), yet it
+    # continued the hours bank; the third still needs "banco" to find its page.
+    result = rewrite(
+        "e estagiário participa?",
+        "como funciona o banco de horas?",
+        "As horas a mais viram crédito.",
+        "se passar de seis meses sem compensar, perco as horas?",
+        "Não: o saldo é pago como hora extra.",
+    )
+    contextual = [q for q in result.queries if q.reading == "contextual"]
+    assert contextual and "banco" in words(contextual[0].text)
+    # An explicit change of subject in between stops the walk.
+    switched = rewrite(
+        "e estagiário participa?",
+        "como funciona o banco de horas?",
+        "As horas a mais viram crédito.",
+        "mudando de assunto, quando cai o 13º salário?",
+        "Em novembro e dezembro.",
+    )
+    assert not any("banco" in words(q.text) for q in switched.queries)
