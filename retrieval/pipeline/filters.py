@@ -11,7 +11,6 @@ control: nothing is removed, and a page outside the user's permissions was never
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from .fusion import MergedHit
 from .rewrite_rules.slots import countries_in, country_spans
@@ -23,15 +22,6 @@ from .types import SearchQuery
 # "trabalhar remoto do Uruguai"): the page of the person's own country answers those.
 _LOCATIVE = frozenset({"em", "no", "na", "nos", "nas", "en", "in"})
 _ARTICLES = frozenset({"o", "a", "el", "la", "the"})
-
-
-@dataclass(frozen=True)
-class CountryPreference:
-    """What the preference did, for the trace."""
-
-    countries: tuple[str, ...]  # by country_key ("uruguay")
-    promoted: int  # hits whose title names the country, moved ahead
-    demoted: int  # hits titled for another country, moved behind
 
 
 def locative_countries(text: str) -> frozenset[str]:
@@ -67,28 +57,18 @@ def turn_countries(
     return frozenset(found)
 
 
-def prefer_countries(
-    merged: Sequence[MergedHit], countries: frozenset[str]
-) -> tuple[list[MergedHit], CountryPreference | None]:
+def prefer_countries(merged: Sequence[MergedHit], countries: frozenset[str]) -> list[MergedHit]:
     """Put pages titled for `countries` first and pages titled for other countries last."""
     ranked = list(merged)
     if not countries:
-        return ranked, None
+        return ranked
     titles: dict[str, frozenset[str]] = {}
 
-    def rank_class(item: MergedHit) -> int:
-        title = item.hit.title
+    def rank_class(index: int) -> tuple[int, int]:
+        title = ranked[index].hit.title
         if title not in titles:
             titles[title] = countries_in(token_spans(title))
         named = titles[title]
-        if named & countries:
-            return 0
-        return 2 if named else 1
+        return (0 if named & countries else 2 if named else 1), index
 
-    classes = [rank_class(item) for item in ranked]
-    promoted, demoted = classes.count(0), classes.count(2)
-    if not promoted and not demoted:
-        return ranked, None
-    order = sorted(range(len(ranked)), key=lambda i: (classes[i], i))
-    preference = CountryPreference(tuple(sorted(countries)), promoted, demoted)
-    return [ranked[i] for i in order], preference
+    return [ranked[i] for i in sorted(range(len(ranked)), key=rank_class)]

@@ -313,6 +313,13 @@ async def retrieve(
     timings["search"] = _ms(t)
     topic_hits = results.pop() if probe else None
     queries, results = _decide_reading(rewrite, queries, results, topic_hits)
+    countries = turn_countries(queries, [m.text for m in window if m.role == "user"])
+    if countries:
+        rewrite.countries = tuple(sorted(countries))
+        rewrite.notes.append(
+            f"country filter: {', '.join(rewrite.countries)} "
+            "(its pages first, other countries' pages after)"
+        )
     if on_rewrite is not None:
         await on_rewrite(RewriteAnnouncement(rewrite, queries, masker, list(errors)))
 
@@ -323,14 +330,7 @@ async def retrieve(
     split = any(q.type == "decompose" for q in queries)
     strategy: FusionStrategy = "max" if split else settings.fusion
     merged = merge_results(queries, results, strategy=strategy, rrf_k=settings.rrf_k)
-    earlier = [m.text for m in window if m.role == "user"]
-    merged, preference = prefer_countries(merged, turn_countries(queries, earlier))
-    if preference is not None:
-        rewrite.countries = preference.countries
-        rewrite.notes.append(
-            f"country filter: {', '.join(preference.countries)} (its pages first: "
-            f"{preference.promoted}; other countries' pages after: {preference.demoted})"
-        )
+    merged = prefer_countries(merged, frozenset(rewrite.countries))
     passages = cut_passages(
         merged, limit=settings.passages, max_per_document=settings.max_per_document
     )

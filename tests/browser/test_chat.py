@@ -413,4 +413,11 @@ def test_country_fixed_by_the_conversation_leads_the_follow_up(page: Page, live_
     open_trace(follow_up)
     queries = query_texts(follow_up, exclude_original=False)
     assert all("chile" in text.lower() for _, text in queries), queries
+    # The country is a preference no looser query outvotes: Chile's pages before any
+    # other country's, and the trace says so.
+    titles = follow_up.locator(".source-card .source-title").all_inner_texts()
+    chile = [i for i, title in enumerate(titles) if "Chile" in title]
+    others = [i for i, title in enumerate(titles) if "España" in title or "México" in title]
+    assert chile and (not others or max(chile) < min(others)), titles
+    expect(follow_up).to_contain_text("country filter: chile")
     shot(page, "12-chile-follow-up", full_page=True)

@@ -37,17 +37,16 @@ def test_a_destination_or_a_place_of_work_is_no_filter() -> None:
 def test_the_countrys_pages_come_first_and_other_countries_last() -> None:
     queries = [SearchQuery("vacaciones en Chile", "expand")]
     merged = merge_results(queries, [[SPAIN, HOME, CHILE]])
-    ranked, preference = prefer_countries(merged, turn_countries(queries))
+    ranked = prefer_countries(merged, turn_countries(queries))
     assert [m.hit.external_id for m in ranked] == ["cl-vac", "pt-ferias", "es-vac"]
-    assert preference is not None
-    assert (preference.countries, preference.promoted, preference.demoted) == (("chile",), 1, 1)
 
 
-def test_without_a_country_or_without_country_pages_nothing_moves() -> None:
+def test_without_a_country_nothing_moves() -> None:
     merged = merge_results([SearchQuery("férias", "normalize")], [[SPAIN, HOME, CHILE]])
-    assert prefer_countries(merged, frozenset()) == (merged, None)
-    home_only = merge_results([SearchQuery("férias", "normalize")], [[HOME]])
-    assert prefer_countries(home_only, frozenset({"chile"})) == (home_only, None)
+    assert prefer_countries(merged, frozenset()) == merged
+    home_only = merge_results([SearchQuery("férias", "normalize")], [[HOME, SPAIN]])
+    # Another country's page still goes behind one that names no country.
+    assert prefer_countries(home_only, frozenset({"chile"})) == home_only
 
 
 def test_a_carried_country_counts_when_the_earlier_question_placed_it() -> None:
