@@ -8,9 +8,6 @@ from a new question ("e o auxílio-creche, qual o valor?"); the results can:
 - a new topic: the turn alone finds one document confidently (top of both the vector and
   the full-text leg), the topic-aware search agrees on it, and the topic's own search does
   not reach it: the conversation adds nothing, so only the turn's own words are searched;
-- a stray: the turn alone reaches none of the conversation's documents while the
-  topic-aware reading lands confidently on one of them and does not see the turn's own
-  favourite near its top: a follow-up whose words alone wander off (topic-aware reading);
 - a drift: the turn alone reaches none of the documents the conversation's topic reaches,
   yet is no clear new topic: both readings are searched, fused equally;
 - otherwise a follow-up: only the topic-aware reading is kept, and the user's own words are
@@ -107,21 +104,6 @@ def choose_reading(
         )
         return ReadingDecision(keep, "standalone", reason)
     if around and not set(alone[:NEIGHBOURHOOD]) & set(around):
-        if (
-            _confident(results[contextual])
-            and together[0] in around
-            and alone[0] not in together[:CONFIDENT_RANK]
-        ):
-            # The topic-aware reading lands firmly on a document of the conversation and
-            # does not even see the turn's own favourite near its top ("desconta alguma
-            # coisa da minha bolsa?" after the interns' meal allowance): a follow-up whose
-            # words alone wander off.
-            keep = tuple(sorted((contextual, *others)))
-            reason = (
-                f"follow-up: the topic-aware reading finds '{together[0]}' confidently, "
-                "among the conversation's documents, and the turn alone strays"
-            )
-            return ReadingDecision(keep, "contextual", reason)
         # The turn alone reaches none of the conversation's documents, yet does not stand
         # out as a new topic: a drift ("and what about its side effects?") as often as a
         # follow-up. Both readings are searched, fused equally (the user's words are the

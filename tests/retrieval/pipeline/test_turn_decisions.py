@@ -122,28 +122,6 @@ def test_evidence_searches_both_readings_when_the_turn_alone_leaves_the_conversa
     assert decision.standalone_weight > 0
 
 
-def test_evidence_keeps_the_follow_up_when_only_the_turn_alone_strays() -> None:
-    # "desconta alguma coisa da minha bolsa?" after the interns' meal allowance: alone, the
-    # words find a payroll page; with the topic, the allowance page leads both legs and the
-    # payroll page is nowhere near the top, so the turn's own words are not searched.
-    allowance, payroll = _hit("vr-intern", 1, 1, 1), _hit("payroll", 2, 2, 1)
-    filler = [_hit(f"other-{n}", 3 + n, 4 + n, 4 + n) for n in range(3)]
-    decision = choose_reading(
-        QUERIES,
-        [[allowance, *filler, payroll], [payroll], [payroll]],
-        topic_hits=[allowance],
-    )
-    assert decision.reading == "contextual"
-    assert decision.keep == (0,)
-    assert "strays" in decision.reason
-    # Not when the topic-aware reading is unsure of its own best document.
-    unsure = _hit("vr-intern", 1, 9, None)
-    decision = choose_reading(
-        QUERIES, [[unsure, *filler, payroll], [payroll], [payroll]], topic_hits=[unsure]
-    )
-    assert decision.reading == "both"
-
-
 def test_a_turn_that_points_back_is_only_searched_with_its_topic() -> None:
     # "y en Chile?" after Spain's vacation: a restriction never starts a new topic, so the
     # user's words alone (which pull up any country's page) are not searched.
