@@ -245,3 +245,29 @@ def test_two_question_opening_line_in_spanish_and_english() -> None:
         rewrite=_two_topics("meal allowance amount", "request childcare support"),
     )
     assert en.startswith("On meal allowance and ")
+
+
+def test_someone_who_leaves_asks_no_deadline() -> None:
+    # "sai" is leaving the company here, not money or a date arriving.
+    assert answer_kind("quem sai por acordo recebe o bônus?") == "condition"
+
+
+def test_a_document_that_answers_with_several_lines_beats_one_stray_line() -> None:
+    stray = Passage(
+        1,
+        "Sala de reuniões",
+        "",
+        "O monitor e a cadeira da sala grande ficam com a recepção.",
+        document="sala",
+    )
+    home = Passage(
+        2,
+        "Equipamentos de TI",
+        "",
+        "O monitor pode ser levado para casa com termo de responsabilidade. "
+        "A cadeira ergonômica também pode ir para casa, entregue pela transportadora.",
+        document="equipamentos",
+    )
+    text = _answer("o monitor e a cadeira podem ir para casa?", stray, home)
+    assert "termo de responsabilidade" in text
+    assert "recepção" not in text
