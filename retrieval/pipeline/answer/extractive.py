@@ -275,6 +275,7 @@ SWITCH_RATIO = 1.1  # another document leads only when it fits this much better
 TOP_LINES = 2  # a document's fit is the mean of its best lines
 KEEP_RATIO = 0.5  # a line scoring under half the best one is filler
 MAX_LINES = 4
+LIST_ITEMS = 8  # items of a list that a chosen "... de:" line brings along
 WORD_BUDGET = 55  # words of the chosen lines beyond the first (steps blocks excepted)
 QUERY_WEIGHT = 0.6  # words only in the rewritten queries or glossary expansions
 HEADING_WEIGHT = 0.5  # a word of the section heading counts half for each of its lines
@@ -293,6 +294,7 @@ class _Line:
     stems: frozenset[str]
     step: int | None = None  # the number of a numbered step
     block: int = -1  # numbered steps of one list share a block
+    lead: int = -1  # a list item: the order of the line ending in ":" that introduces it
 
 
 # "How does it work" asks for the rule itself, not for the steps of a request.
@@ -344,12 +346,17 @@ def _lines(passage: Passage, rank: int) -> list[_Line]:
     in_steps = False
     order = 0
 
-    def add(text: str, step: int | None = None) -> None:
-        nonlocal order
+    lead = -1  # the order of the last line that ends in ":", while its list goes on
+
+    def add(text: str, step: int | None = None, item: bool = False) -> None:
+        nonlocal order, lead
         text = _plain(text)
-        if len(text) < 12 and step is None:
+        if len(text) < 12 and step is None and not item:
             return
-        out.append(_Line(passage, rank, order, text, _stems(text), step, block if step else -1))
+        of = lead if item else -1
+        out.append(_Line(passage, rank, order, text, _stems(text), step, block if step else -1, of))
+        if not item:
+            lead = order if text.endswith(":") and step is None else -1
         order += 1
 
     for raw in passage.text.splitlines():
@@ -378,6 +385,10 @@ def _lines(passage: Passage, rank: int) -> list[_Line]:
             continue
         in_steps = False
         item = _ITEM.match(line)
+        if item and lead >= 0:
+            add(item.group(1), item=True)  # a list item is one line, kept whole
+            continue
+        lead = -1
         body = item.group(1) if item else line
         for sentence in _SENTENCE.split(body):
             add(sentence)
@@ -670,11 +681,20 @@ def _pick(
 def _with_steps(
     chosen: list[tuple[float, _Line]], lines: Sequence[_Line], kind: AnswerKind | None
 ) -> list[tuple[float, _Line]]:
-    """A chosen numbered step brings its whole procedure when the question asks how."""
-    if kind != "steps":
-        return chosen
+    """A chosen numbered step brings its whole procedure when the question asks how; a
+    chosen line that ends in ":" brings the list it introduces (up to LIST_ITEMS)."""
     out = list(chosen)
     have = {(id(line.passage), line.order) for _, line in chosen}
+    for score, line in chosen:
+        if not line.text.endswith(":"):
+            continue
+        items = [o for o in lines if o.passage is line.passage and o.lead == line.order]
+        for other in items[:LIST_ITEMS]:
+            if (id(other.passage), other.order) not in have:
+                have.add((id(other.passage), other.order))
+                out.append((score - 1e-6, other))
+    if kind != "steps":
+        return out
     for score, line in chosen:
         if line.step is None:
             continue
@@ -700,7 +720,19 @@ def _render(
     rest = sorted(
         chosen[1:], key=lambda item: (item[1].rank, item[1].passage.position, item[1].order)
     )
-    ordered = [first] + [line for _, line in rest]
+    ordered = [first] + [line for _, line in rest if line.lead < 0]
+    # A list's items follow the line that introduces it, in their own order.
+    items = [line for _, line in rest if line.lead >= 0]
+    for item in sorted(items, key=lambda x: -x.order):
+        at = next(
+            (
+                i
+                for i, x in enumerate(ordered)
+                if x.passage is item.passage and x.order == item.lead
+            ),
+            len(ordered) - 1,
+        )
+        ordered.insert(at + 1, item)
     # Steps of one procedure stay together and in their own order.
     blocks: dict[tuple[int, int], list[_Line]] = {}  # by (passage identity, block)
     for line in ordered:
@@ -717,9 +749,10 @@ def _render(
             for step in sorted(blocks[key], key=lambda s: s.order):
                 body.append(f"{step.step}. {step.text} [{step.passage.number}]")
             continue
-        body.append(f"{line.text} [{line.passage.number}]")
+        # A list's item sits under the line that introduces it.
+        mark = "  - " if line.lead >= 0 else "- "
+        body.append(f"{mark}{line.text} [{line.passage.number}]")
     opener = opening_line(question, language, kind, first.passage.title, subject=subject)
     if len(body) == 1:
-        return f"{opener}\n\n{body[0]}"
-    lines = [b if re.match(r"^\d{1,2}\. ", b) else f"- {b}" for b in body]
-    return f"{opener}\n\n" + "\n".join(lines)
+        return f"{opener}\n\n{body[0].removeprefix('- ')}"
+    return f"{opener}\n\n" + "\n".join(body)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from retrieval.pipeline.answer import Passage, extractive_answer
+from retrieval.pipeline.answer import Passage, clean_citations, extractive_answer
 from retrieval.pipeline.answer.extractive import answer_kind
 from retrieval.pipeline.types import RewriteResult, SearchQuery
 
@@ -271,3 +271,26 @@ def test_a_document_that_answers_with_several_lines_beats_one_stray_line() -> No
     text = _answer("o monitor e a cadeira podem ir para casa?", stray, home)
     assert "termo de responsabilidade" in text
     assert "recepção" not in text
+
+
+def test_a_line_that_introduces_a_list_brings_its_items() -> None:
+    passage = Passage(
+        1,
+        "Documentos para a matrícula no curso",
+        "",
+        "A matrícula é feita na secretaria.\n"
+        "Leve cópias dos seguintes documentos para a matrícula:\n"
+        "- certidão de nascimento;\n"
+        "- comprovante de residência;\n"
+        "- duas fotos.\n"
+        "A secretaria abre às 8h.",
+        document="matricula",
+    )
+    text = _answer("quais documentos levo para a matrícula?", passage)
+    body = clean_citations(text, 1)[0].split("\n\n", 1)[1].splitlines()
+    at = body.index("- Leve cópias dos seguintes documentos para a matrícula: [1]")
+    assert body[at + 1 : at + 4] == [
+        "  - certidão de nascimento; [1]",
+        "  - comprovante de residência; [1]",
+        "  - duas fotos. [1]",
+    ]
