@@ -82,6 +82,12 @@ _CUE_PHRASES: tuple[tuple[AnswerKind, tuple[str, ...]], ...] = (
             "how many weeks",
             "how many months",
             "how many hours",
+            # how often is a period too, not an amount
+            "quantas vezes",
+            "qntas vezes",
+            "cuantas veces",
+            "how often",
+            "how many times",
         ),
     ),
     (
@@ -197,7 +203,9 @@ _KIND_CUES: tuple[tuple[AnswerKind, re.Pattern[str]], ...] = tuple(
     for kind, phrases in _CUE_PHRASES
 )
 # The units in "quantos dias" name what is counted, a topic word ("banco de horas").
-_UNITS = frozenset({"dias", "semanas", "meses", "horas", "days", "weeks", "months", "hours"})
+_UNITS = frozenset(
+    {"dias", "semanas", "meses", "horas", "vezes", "veces", "days", "weeks", "months", "hours"}
+)
 _CUE_WORDS = frozenset(
     w for _, phrases in _CUE_PHRASES for p in phrases for w in p.split() if w not in _UNITS
 )
@@ -214,7 +222,10 @@ _KIND_EVIDENCE: dict[AnswerKind, re.Pattern[str]] = {
         r"days?|months?|years?|weeks?|hours?)\b|\bdia\s+\d+|\bdias?\s+uteis\b|"
         r"\bdias?\s+(?:corridos|habiles|naturales|laborables)\b|"
         rf"\b\d{{1,2}}(?:º|o)?\s+de\s+(?:{_MONTHS})\b|\b(?:{_MONTHS})\b|"
-        r"\b(?:ate|antes|depois|apos|hasta|desde|within|before|after|until)\b[^.]{0,30}\d"
+        r"\b(?:ate|antes|depois|apos|hasta|desde|within|before|after|until)\b[^.]{0,30}\d|"
+        # how often, and the time of day
+        r"\b(?:a cada|cada)\s+\d|\b(?:uma|duas|una|dos) vez(?:es)?\b|\b(?:once|twice|every)\b|"
+        r"\b\d{1,2}(?::\d{2}|h\d{2})\b"
     ),
     "amount": re.compile(
         r"(?:r\$|us\$|\$u|€|\$|eur\b|usd\b|pesos\b|reais\b)\s*\d|\d+(?:[.,]\d+)*\s*"

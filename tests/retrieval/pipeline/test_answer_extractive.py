@@ -294,3 +294,20 @@ def test_a_line_that_introduces_a_list_brings_its_items() -> None:
         "  - comprovante de residência; [1]",
         "  - duas fotos. [1]",
     ]
+
+
+def test_how_often_asks_for_a_period_and_finds_it() -> None:
+    assert answer_kind("quantas vezes por ano posso trocar de plano?") == "duration"
+    assert answer_kind("¿cuántas veces puedo cambiar de plan?") == "duration"
+    assert answer_kind("how often can I change my plan?") == "duration"
+    passage = Passage(
+        1,
+        "Troca de plano de celular",
+        "",
+        "O plano de celular corporativo é escolhido no portal de compras. "
+        "A troca de plano é permitida a cada 12 meses. "
+        "O aparelho antigo deve ser devolvido à TI.",
+        document="celular",
+    )
+    text = _answer("quantas vezes posso trocar de plano de celular?", passage)
+    assert text.split("\n\n", 1)[1].lstrip("- ").startswith("A troca de plano é permitida")
