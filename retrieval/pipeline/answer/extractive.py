@@ -731,17 +731,18 @@ def _render(
     rest = sorted(
         chosen[1:], key=lambda item: (item[1].rank, item[1].passage.position, item[1].order)
     )
-    ordered = [first] + [line for _, line in rest if line.lead < 0]
-    # A list's items follow the line that introduces it, in their own order.
-    items = [line for _, line in rest if line.lead >= 0]
-    for item in sorted(items, key=lambda x: -x.order):
+    # A list's items follow the line that introduces it, in their own order; an item chosen
+    # without its introduction is an ordinary line.
+    present = {(id(line.passage), line.order) for _, line in chosen}
+    nested = {
+        id(line)
+        for _, line in chosen
+        if line.lead >= 0 and (id(line.passage), line.lead) in present
+    }
+    ordered = [first] + [line for _, line in rest if id(line) not in nested]
+    for item in sorted((x for _, x in rest if id(x) in nested), key=lambda x: -x.order):
         at = next(
-            (
-                i
-                for i, x in enumerate(ordered)
-                if x.passage is item.passage and x.order == item.lead
-            ),
-            len(ordered) - 1,
+            i for i, x in enumerate(ordered) if x.passage is item.passage and x.order == item.lead
         )
         ordered.insert(at + 1, item)
     # Steps of one procedure stay together and in their own order.
@@ -761,7 +762,7 @@ def _render(
                 body.append(f"{step.step}. {step.text} [{step.passage.number}]")
             continue
         # A list's item sits under the line that introduces it.
-        mark = "  - " if line.lead >= 0 else "- "
+        mark = "  - " if id(line) in nested else "- "
         body.append(f"{mark}{line.text} [{line.passage.number}]")
     opener = opening_line(question, language, kind, first.passage.title, subject=subject)
     if len(body) == 1:

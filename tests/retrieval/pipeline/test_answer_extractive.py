@@ -311,3 +311,18 @@ def test_how_often_asks_for_a_period_and_finds_it() -> None:
     )
     text = _answer("quantas vezes posso trocar de plano de celular?", passage)
     assert text.split("\n\n", 1)[1].lstrip("- ").startswith("A troca de plano é permitida")
+
+
+def test_a_list_item_chosen_without_its_introduction_is_an_ordinary_line() -> None:
+    passage = Passage(
+        1,
+        "Desconto do estacionamento",
+        "",
+        "O desconto é o menor destes valores:\n"
+        "- 5% do salário de quem estaciona no prédio;\n"
+        "- o custo da vaga.\n"
+        "Quem vem de bicicleta tem vaga gratuita no bicicletário.",
+        document="estacionamento",
+    )
+    text = _answer("quanto é o desconto de quem estaciona de bicicleta no prédio?", passage)
+    assert "\n  - " not in text or "O desconto é o menor destes valores:" in text
