@@ -82,6 +82,12 @@ _CUE_PHRASES: tuple[tuple[AnswerKind, tuple[str, ...]], ...] = (
             "how many weeks",
             "how many months",
             "how many hours",
+            # how often is a period too, not an amount
+            "quantas vezes",
+            "qntas vezes",
+            "cuantas veces",
+            "how often",
+            "how many times",
         ),
     ),
     (
@@ -120,7 +126,7 @@ _CUE_PHRASES: tuple[tuple[AnswerKind, tuple[str, ...]], ...] = (
             "price",
         ),
     ),
-    ("duration", ("demora", "leva", "cai", "sai", "tarda")),
+    ("duration", ("demora", "tarda")),
     (
         "steps",
         (
@@ -197,7 +203,9 @@ _KIND_CUES: tuple[tuple[AnswerKind, re.Pattern[str]], ...] = tuple(
     for kind, phrases in _CUE_PHRASES
 )
 # The units in "quantos dias" name what is counted, a topic word ("banco de horas").
-_UNITS = frozenset({"dias", "semanas", "meses", "horas", "days", "weeks", "months", "hours"})
+_UNITS = frozenset(
+    {"dias", "semanas", "meses", "horas", "vezes", "veces", "days", "weeks", "months", "hours"}
+)
 _CUE_WORDS = frozenset(
     w for _, phrases in _CUE_PHRASES for p in phrases for w in p.split() if w not in _UNITS
 )
@@ -214,7 +222,10 @@ _KIND_EVIDENCE: dict[AnswerKind, re.Pattern[str]] = {
         r"days?|months?|years?|weeks?|hours?)\b|\bdia\s+\d+|\bdias?\s+uteis\b|"
         r"\bdias?\s+(?:corridos|habiles|naturales|laborables)\b|"
         rf"\b\d{{1,2}}(?:º|o)?\s+de\s+(?:{_MONTHS})\b|\b(?:{_MONTHS})\b|"
-        r"\b(?:ate|antes|depois|apos|hasta|desde|within|before|after|until)\b[^.]{0,30}\d"
+        r"\b(?:ate|antes|depois|apos|hasta|desde|within|before|after|until)\b[^.]{0,30}\d|"
+        # how often, and the time of day
+        r"\b(?:a cada|cada)\s+\d|\b(?:uma|duas|una|dos) vez(?:es)?\b|\b(?:once|twice|every)\b|"
+        r"\b\d{1,2}(?::\d{2}|h\d{2})\b"
     ),
     "amount": re.compile(
         r"(?:r\$|us\$|\$u|€|\$|eur\b|usd\b|pesos\b|reais\b)\s*\d|\d+(?:[.,]\d+)*\s*"
@@ -271,9 +282,11 @@ _FOUND: dict[str, str] = {
 }
 
 # Tuning, measured with `manage.py evaluate --answers` on ptes-dev and the demo tasks.
-SWITCH_RATIO = 1.1  # another document leads only when its best line is this much better
+SWITCH_RATIO = 1.1  # another document leads only when it fits this much better
+TOP_LINES = 2  # a document's fit is the mean of its best lines
 KEEP_RATIO = 0.5  # a line scoring under half the best one is filler
 MAX_LINES = 4
+LIST_ITEMS = 8  # items of a list that a chosen "... de:" line brings along
 WORD_BUDGET = 55  # words of the chosen lines beyond the first (steps blocks excepted)
 QUERY_WEIGHT = 0.6  # words only in the rewritten queries or glossary expansions
 HEADING_WEIGHT = 0.5  # a word of the section heading counts half for each of its lines
@@ -292,6 +305,7 @@ class _Line:
     stems: frozenset[str]
     step: int | None = None  # the number of a numbered step
     block: int = -1  # numbered steps of one list share a block
+    lead: int = -1  # a list item: the order of the line ending in ":" that introduces it
 
 
 # "How does it work" asks for the rule itself, not for the steps of a request.
@@ -343,12 +357,17 @@ def _lines(passage: Passage, rank: int) -> list[_Line]:
     in_steps = False
     order = 0
 
-    def add(text: str, step: int | None = None) -> None:
-        nonlocal order
+    lead = -1  # the order of the last line that ends in ":", while its list goes on
+
+    def add(text: str, step: int | None = None, item: bool = False) -> None:
+        nonlocal order, lead
         text = _plain(text)
-        if len(text) < 12 and step is None:
+        if len(text) < 12 and step is None and not item:
             return
-        out.append(_Line(passage, rank, order, text, _stems(text), step, block if step else -1))
+        of = lead if item else -1
+        out.append(_Line(passage, rank, order, text, _stems(text), step, block if step else -1, of))
+        if not item:
+            lead = order if text.endswith(":") and step is None else -1
         order += 1
 
     for raw in passage.text.splitlines():
@@ -377,6 +396,10 @@ def _lines(passage: Passage, rank: int) -> list[_Line]:
             continue
         in_steps = False
         item = _ITEM.match(line)
+        if item and lead >= 0:
+            add(item.group(1), item=True)  # a list item is one line, kept whole
+            continue
+        lead = -1
         body = item.group(1) if item else line
         for sentence in _SENTENCE.split(body):
             add(sentence)
@@ -601,11 +624,12 @@ def _choose(
     by_document: dict[str, list[tuple[float, _Line]]] = {}
     for item in scored:
         by_document.setdefault(_document(item[1].passage), []).append(item)
-    # The primary document: the top passage's, unless another has a clearly better line.
+    # The primary document: the top passage's, unless another clearly answers better.
     primary = _document(passages[0])
     best_of = {d: max(s for s, _ in items) for d, items in by_document.items()}
-    challenger = max(best_of, key=lambda d: best_of[d])
-    if primary not in best_of or best_of[challenger] > SWITCH_RATIO * best_of[primary]:
+    fit = _document_fit(by_document)
+    challenger = max(fit, key=lambda d: fit[d])
+    if primary not in fit or fit[challenger] > SWITCH_RATIO * fit[primary]:
         primary = challenger
     chosen = _pick(by_document[primary], best_score, limit=limit)
     primary_text = set().union(
@@ -626,6 +650,16 @@ def _choose(
         chosen += extra
         missing -= {st for _, line in extra for st in line.stems}
     return _with_steps(chosen, lines, kind)
+
+
+def _document_fit(by_document: Mapping[str, list[tuple[float, _Line]]]) -> dict[str, float]:
+    """How well each document answers: the mean of its best lines, so that one stray line
+    that shares a rare word does not outweigh a document that answers with several."""
+    out: dict[str, float] = {}
+    for document, items in by_document.items():
+        top = sorted((s for s, _ in items), reverse=True)[:TOP_LINES]
+        out[document] = sum(top) / TOP_LINES
+    return out
 
 
 def _document(passage: Passage) -> str:
@@ -658,11 +692,20 @@ def _pick(
 def _with_steps(
     chosen: list[tuple[float, _Line]], lines: Sequence[_Line], kind: AnswerKind | None
 ) -> list[tuple[float, _Line]]:
-    """A chosen numbered step brings its whole procedure when the question asks how."""
-    if kind != "steps":
-        return chosen
+    """A chosen numbered step brings its whole procedure when the question asks how; a
+    chosen line that ends in ":" brings the list it introduces (up to LIST_ITEMS)."""
     out = list(chosen)
     have = {(id(line.passage), line.order) for _, line in chosen}
+    for score, line in chosen:
+        if not line.text.endswith(":"):
+            continue
+        items = [o for o in lines if o.passage is line.passage and o.lead == line.order]
+        for other in items[:LIST_ITEMS]:
+            if (id(other.passage), other.order) not in have:
+                have.add((id(other.passage), other.order))
+                out.append((score - 1e-6, other))
+    if kind != "steps":
+        return out
     for score, line in chosen:
         if line.step is None:
             continue
@@ -688,7 +731,20 @@ def _render(
     rest = sorted(
         chosen[1:], key=lambda item: (item[1].rank, item[1].passage.position, item[1].order)
     )
-    ordered = [first] + [line for _, line in rest]
+    # A list's items follow the line that introduces it, in their own order; an item chosen
+    # without its introduction is an ordinary line.
+    present = {(id(line.passage), line.order) for _, line in chosen}
+    nested = {
+        id(line)
+        for _, line in chosen
+        if line.lead >= 0 and (id(line.passage), line.lead) in present
+    }
+    ordered = [first] + [line for _, line in rest if id(line) not in nested]
+    for item in sorted((x for _, x in rest if id(x) in nested), key=lambda x: -x.order):
+        at = next(
+            i for i, x in enumerate(ordered) if x.passage is item.passage and x.order == item.lead
+        )
+        ordered.insert(at + 1, item)
     # Steps of one procedure stay together and in their own order.
     blocks: dict[tuple[int, int], list[_Line]] = {}  # by (passage identity, block)
     for line in ordered:
@@ -705,9 +761,10 @@ def _render(
             for step in sorted(blocks[key], key=lambda s: s.order):
                 body.append(f"{step.step}. {step.text} [{step.passage.number}]")
             continue
-        body.append(f"{line.text} [{line.passage.number}]")
+        # A list's item sits under the line that introduces it.
+        mark = "  - " if id(line) in nested else "- "
+        body.append(f"{mark}{line.text} [{line.passage.number}]")
     opener = opening_line(question, language, kind, first.passage.title, subject=subject)
     if len(body) == 1:
-        return f"{opener}\n\n{body[0]}"
-    lines = [b if re.match(r"^\d{1,2}\. ", b) else f"- {b}" for b in body]
-    return f"{opener}\n\n" + "\n".join(lines)
+        return f"{opener}\n\n{body[0].removeprefix('- ')}"
+    return f"{opener}\n\n" + "\n".join(body)

@@ -156,4 +156,5 @@ def clean_citations(text: str, passage_count: int) -> tuple[str, list[int]]:
 
     cleaned = _CITATION.sub(keep, text)
     cleaned = re.sub(r"[ \t]+([.,;:!?])", r"\1", cleaned)
-    return re.sub(r"[ \t]{2,}", " ", cleaned), cited
+    # Runs of spaces inside a line close up; a line's indent (a nested list item) stays.
+    return re.sub(r"(?<=\S)[ \t]{2,}", " ", cleaned), cited

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from retrieval.pipeline.answer import Passage, extractive_answer
+from retrieval.pipeline.answer import Passage, clean_citations, extractive_answer
 from retrieval.pipeline.answer.extractive import answer_kind
 from retrieval.pipeline.types import RewriteResult, SearchQuery
 
@@ -245,3 +245,84 @@ def test_two_question_opening_line_in_spanish_and_english() -> None:
         rewrite=_two_topics("meal allowance amount", "request childcare support"),
     )
     assert en.startswith("On meal allowance and ")
+
+
+def test_someone_who_leaves_asks_no_deadline() -> None:
+    # "sai" is leaving the company here, not money or a date arriving.
+    assert answer_kind("quem sai por acordo recebe o bônus?") == "condition"
+
+
+def test_a_document_that_answers_with_several_lines_beats_one_stray_line() -> None:
+    stray = Passage(
+        1,
+        "Sala de reuniões",
+        "",
+        "O monitor e a cadeira da sala grande ficam com a recepção.",
+        document="sala",
+    )
+    home = Passage(
+        2,
+        "Equipamentos de TI",
+        "",
+        "O monitor pode ser levado para casa com termo de responsabilidade. "
+        "A cadeira ergonômica também pode ir para casa, entregue pela transportadora.",
+        document="equipamentos",
+    )
+    text = _answer("o monitor e a cadeira podem ir para casa?", stray, home)
+    assert "termo de responsabilidade" in text
+    assert "recepção" not in text
+
+
+def test_a_line_that_introduces_a_list_brings_its_items() -> None:
+    passage = Passage(
+        1,
+        "Documentos para a matrícula no curso",
+        "",
+        "A matrícula é feita na secretaria.\n"
+        "Leve cópias dos seguintes documentos para a matrícula:\n"
+        "- certidão de nascimento;\n"
+        "- comprovante de residência;\n"
+        "- duas fotos.\n"
+        "A secretaria abre às 8h.",
+        document="matricula",
+    )
+    text = _answer("quais documentos levo para a matrícula?", passage)
+    body = clean_citations(text, 1)[0].split("\n\n", 1)[1].splitlines()
+    at = body.index("- Leve cópias dos seguintes documentos para a matrícula: [1]")
+    assert body[at + 1 : at + 4] == [
+        "  - certidão de nascimento; [1]",
+        "  - comprovante de residência; [1]",
+        "  - duas fotos. [1]",
+    ]
+
+
+def test_how_often_asks_for_a_period_and_finds_it() -> None:
+    assert answer_kind("quantas vezes por ano posso trocar de plano?") == "duration"
+    assert answer_kind("¿cuántas veces puedo cambiar de plan?") == "duration"
+    assert answer_kind("how often can I change my plan?") == "duration"
+    passage = Passage(
+        1,
+        "Troca de plano de celular",
+        "",
+        "O plano de celular corporativo é escolhido no portal de compras. "
+        "A troca de plano é permitida a cada 12 meses. "
+        "O aparelho antigo deve ser devolvido à TI.",
+        document="celular",
+    )
+    text = _answer("quantas vezes posso trocar de plano de celular?", passage)
+    assert text.split("\n\n", 1)[1].lstrip("- ").startswith("A troca de plano é permitida")
+
+
+def test_a_list_item_chosen_without_its_introduction_is_an_ordinary_line() -> None:
+    passage = Passage(
+        1,
+        "Desconto do estacionamento",
+        "",
+        "O desconto é o menor destes valores:\n"
+        "- 5% do salário de quem estaciona no prédio;\n"
+        "- o custo da vaga.\n"
+        "Quem vem de bicicleta tem vaga gratuita no bicicletário.",
+        document="estacionamento",
+    )
+    text = _answer("quanto é o desconto de quem estaciona de bicicleta no prédio?", passage)
+    assert "\n  - " not in text or "O desconto é o menor destes valores:" in text
