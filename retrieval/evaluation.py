@@ -20,6 +20,7 @@ from retrieval.ingestion.services import (
     collection_get_or_create,
     documents_ingest,
     sources_from_paths,
+    version_fields,
 )
 from retrieval.models import Collection, GlossaryEntry
 from retrieval.pipeline.types import HistoryMessage
@@ -84,7 +85,8 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
 
 
 def corpus_sources(path: Path, *, language: str | None) -> Iterator[SourceDocument | FileOutcome]:
-    """Turn `{"id", "title", "text", "lang"?, "area"?}` lines into documents."""
+    """Turn `{"id", "title", "text", "lang"?, "area"?, "effective"?, "superseded"?,
+    "superseded_by"?}` lines into documents."""
     for number, record in _read_jsonl(path):
         doc_id, text = record.get("id"), record.get("text")
         if not isinstance(doc_id, str) or not doc_id:
@@ -101,6 +103,7 @@ def corpus_sources(path: Path, *, language: str | None) -> Iterator[SourceDocume
             sections=(Section("", text),),
             language=str(lang),
             area=area if isinstance(area, str) else "",
+            **version_fields(record),
         )
 
 

@@ -50,6 +50,12 @@ class Document(models.Model):
     area = models.CharField(max_length=100, blank=True)
     language = models.CharField(max_length=10, default="pt")
     groups = models.ManyToManyField(Group, blank=True, related_name="documents")
+    # Versions: the date a policy takes effect, and whether a newer one replaced it (front
+    # matter `effective:`, `superseded: true` or `superseded_by: <id>`, or set here by
+    # staff). Search prefers current versions unless the question asks for an old one.
+    effective_date = models.DateField(null=True, blank=True)
+    superseded = models.BooleanField(default=False, db_default=False)
+    superseded_by = models.CharField(max_length=500, blank=True, db_default="")
     checksum = models.CharField(max_length=64)
     version = models.PositiveIntegerField(default=1)
     embedding_model = models.CharField(max_length=200, blank=True)

@@ -45,7 +45,7 @@ class ChunkInline(admin.TabularInline[Chunk, Document]):
 
 @admin.register(Document)
 class DocumentAdmin(admin.ModelAdmin[Document]):
-    """Documents come from ingestion: "add" uploads files; only the groups are edited here."""
+    """Documents come from ingestion: "add" uploads files; groups and versions are edited here."""
 
     list_display = [
         "title",
@@ -56,9 +56,10 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
         "group_names",
         "chunk_count",
         "version",
+        "superseded",
         "updated_at",
     ]
-    list_filter = ["collection", "area", "language", "groups"]
+    list_filter = ["collection", "area", "language", "groups", "superseded"]
     search_fields = ["title", "external_id"]
     fields = [
         "title",
@@ -67,6 +68,9 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
         "area",
         "language",
         "groups",
+        "effective_date",
+        "superseded",
+        "superseded_by",
         "source_path",
         "checksum",
         "version",
@@ -74,7 +78,8 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
         "created_at",
         "updated_at",
     ]
-    # Changing the text, language or area means re-ingesting the file; groups change in place.
+    # Changing the text, language or area means re-ingesting the file; groups and versions
+    # change in place (search reads a page's version at query time: nothing re-embedded).
     readonly_fields = (
         "title",
         "external_id",

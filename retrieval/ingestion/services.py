@@ -16,9 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import Group
@@ -46,6 +48,9 @@ class SourceDocument:
     area: str = ""
     groups: tuple[str, ...] = ()
     source_path: str = ""
+    effective_date: date | None = None
+    superseded: bool = False
+    superseded_by: str = ""
 
 
 @dataclass
@@ -117,7 +122,31 @@ def source_from_file(path: Path, *, root: Path) -> SourceDocument:
         area=meta.get("area", ""),
         groups=groups,
         source_path=str(path),
+        **version_fields(meta),
     )
+
+
+_TRUE = frozenset({"true", "yes", "sim", "si", "sí", "1"})
+
+
+def version_fields(meta: Mapping[str, object]) -> dict[str, Any]:
+    """Read `effective`, `superseded` and `superseded_by` from front matter or a record.
+
+    A date that does not parse is left out rather than failing the whole document.
+    """
+    effective = str(meta.get("effective") or meta.get("effective_date") or "").strip()
+    try:
+        effective_date = date.fromisoformat(effective[:10]) if effective else None
+    except ValueError:
+        effective_date = None
+    superseded_by = str(meta.get("superseded_by") or "").strip()[:500]
+    flag = meta.get("superseded")
+    superseded = bool(superseded_by) or flag is True or str(flag).strip().lower() in _TRUE
+    return {
+        "effective_date": effective_date,
+        "superseded": superseded,
+        "superseded_by": superseded_by,
+    }
 
 
 def _guess_language(text: str) -> str:
@@ -158,6 +187,14 @@ def _checksum(source: SourceDocument, embedder: Embedder) -> str:
         "embedder": embedder.name,
         "chunker": [CHUNKER_VERSION, settings.CHATRAG_CHUNK_CHARS, settings.CHATRAG_CHUNK_OVERLAP],
     }
+    # Versions count only when set, so that documents without them keep their checksums
+    # (and are not re-embedded) when these fields appeared.
+    if source.effective_date or source.superseded:
+        payload["version"] = [
+            str(source.effective_date or ""),
+            source.superseded,
+            source.superseded_by,
+        ]
     return hashlib.sha256(json.dumps(payload, ensure_ascii=False).encode()).hexdigest()
 
 
@@ -314,6 +351,9 @@ def _write_document(collection: Collection, pending: _Pending, embedder: Embedde
         "language": source.language,
         "checksum": pending.checksum,
         "embedding_model": embedder.name,
+        "effective_date": source.effective_date,
+        "superseded": source.superseded,
+        "superseded_by": source.superseded_by,
     }
     document = pending.existing
     if document is None:

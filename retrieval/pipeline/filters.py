@@ -1,5 +1,10 @@
 """Filters a turn fixes, applied as preferences over the merged hits (pure: no I/O).
 
+Versions: a page a newer one replaced (marked so at ingestion or by staff, or whose title
+says "revogada", "superseded") comes after the current pages, unless the question asks for
+an old version ("a política antiga", "la regla anterior") or names a year that a page is
+for ("a regra de 2024"): then that year's pages, or the old versions, come first.
+
 A country the turn names, or that a follow-up carries from the conversation ("y si renuncio
 antes de tomarlas?" after Chile's vacation days), must not be outvoted by a looser query:
 the user's own words alone pull up another country's sibling page just as well. Among the
@@ -11,10 +16,12 @@ control: nothing is removed, and a page outside the user's permissions was never
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
 
 from .fusion import MergedHit
-from .rewrite_rules.slots import countries_in, country_spans
-from .text import token_spans
+from .rewrite_rules.slots import countries_in, country_spans, slot_of
+from .text import normalize, token_spans
 from .types import SearchQuery
 
 # "no Uruguai", "en Brasil", "in Germany": where the rule applies. A country after "para",
@@ -72,3 +79,88 @@ def prefer_countries(merged: Sequence[MergedHit], countries: frozenset[str]) -> 
         return (0 if named & countries else 2 if named else 1), index
 
     return [ranked[i] for i in sorted(range(len(ranked)), key=rank_class)]
+
+
+# A question asking for a version no longer in force.
+_OLD_WORDS = frozenset(
+    normalize(
+        "antiga antigo antigas antigos anterior velha velho revogada revogado antigua "
+        "antiguo vieja viejo derogada derogado old older previous former superseded revoked"
+    ).split()
+)
+# A title that says its page was replaced ("... 2024 (REVOGADA)", "(superseded)").
+_REPLACED_TITLE = frozenset(
+    normalize(
+        "revogada revogado substituida substituido obsoleta obsoleto derogada derogado "
+        "sustituida sustituido superseded revoked obsolete deprecated"
+    ).split()
+)
+# What an old-version word must qualify ("a política antiga", not "o celular antigo").
+_VERSIONED = frozenset(
+    normalize(
+        "politica politicas regra regras norma normas versao regulamento programa "
+        "regla reglas version reglamento policy policies rule rules version"
+    ).split()
+)
+EARLIEST_YEAR = 1990
+
+
+@dataclass(frozen=True)
+class VersionAsk:
+    """What the turn asks of versions: an old one, or one year's (a typed, checked year)."""
+
+    old: bool = False
+    year: int | None = None
+
+
+def version_ask(texts: Sequence[str], today: date | None = None) -> VersionAsk:
+    """Read "a política antiga" or "a regra de 2024" from the turn's queries.
+
+    A year counts within EARLIEST_YEAR..next year; the current year asks nothing special.
+    """
+    latest = (today.year if today else date.max.year) + 1
+    old = False
+    year = None
+    for text in texts:
+        tokens = token_spans(text)
+        for index, token in enumerate(tokens):
+            near = tokens[max(0, index - 2) : index + 3]
+            if token.norm in _OLD_WORDS and any(t.norm in _VERSIONED for t in near):
+                old = True
+            elif slot_of(token.norm) == "year" and EARLIEST_YEAR <= int(token.norm) <= latest:
+                if today is None or int(token.norm) != today.year:
+                    year = int(token.norm)
+    return VersionAsk(old, year)
+
+
+def _replaced(item: MergedHit) -> bool:
+    if item.hit.superseded:
+        return True
+    return any(t.norm in _REPLACED_TITLE for t in token_spans(item.hit.title))
+
+
+def _of_year(item: MergedHit, year: int) -> bool:
+    if item.hit.effective is not None:
+        return item.hit.effective.year == year
+    return any(t.norm == str(year) for t in token_spans(item.hit.title))
+
+
+def prefer_current(merged: Sequence[MergedHit], ask: VersionAsk) -> tuple[list[MergedHit], str]:
+    """Order the hits by version (see the module's docstring); say what moved, or ""."""
+    ranked = list(merged)
+    replaced = [_replaced(item) for item in ranked]
+    if ask.year is not None and any(_of_year(item, ask.year) for item in ranked):
+        keys = [0 if _of_year(item, ask.year) else 1 for item in ranked]
+        note = f"version: {ask.year}'s pages first"
+    elif not any(replaced):
+        return ranked, ""
+    elif ask.old or ask.year is not None:
+        keys = [0 if r else 1 for r in replaced]
+        note = "version: the question asks for an old one: replaced pages first"
+    else:
+        keys = [1 if r else 0 for r in replaced]
+        note = f"version: current pages first ({sum(replaced)} replaced passages after)"
+    order = sorted(range(len(ranked)), key=lambda i: (keys[i], i))
+    if order == list(range(len(ranked))):
+        return ranked, ""
+    return [ranked[i] for i in order], note

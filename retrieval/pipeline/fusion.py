@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Literal
 
 from .types import SearchQuery
@@ -30,6 +31,9 @@ class Hit:
     vector_rank: int | None
     text_rank: int | None
     score: float
+    # The document's version: replaced by a newer one, and the date it took effect.
+    superseded: bool = False
+    effective: date | None = None
 
 
 @dataclass(frozen=True)

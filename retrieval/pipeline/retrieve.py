@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 
 from .dictionary import known_words
 from .evidence import ambiguous_documents, choose_reading, clarification_question
-from .filters import prefer_countries, turn_countries
+from .filters import prefer_countries, prefer_current, turn_countries, version_ask
 from .fusion import FusionStrategy, Hit, MergedHit, cut_passages, merge_results
 from .glossary import find_glossary_hits
 from .llm import ChatModel
@@ -330,6 +330,9 @@ async def retrieve(
     split = any(q.type == "decompose" for q in queries)
     strategy: FusionStrategy = "max" if split else settings.fusion
     merged = merge_results(queries, results, strategy=strategy, rrf_k=settings.rrf_k)
+    merged, version_note = prefer_current(merged, version_ask([q.text for q in queries], today))
+    if version_note:
+        rewrite.notes.append(version_note)
     merged = prefer_countries(merged, frozenset(rewrite.countries))
     passages = cut_passages(
         merged, limit=settings.passages, max_per_document=settings.max_per_document

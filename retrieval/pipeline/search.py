@@ -190,7 +190,8 @@ fused AS (
 SELECT c.id, c.document_id, d.external_id, d.title, c.heading, c.text, c.position, c.area,
        f.vrank, f.trank,
        f.score + CASE WHEN %(area)s <> '' AND c.area = %(area)s THEN %(area_boost)s ELSE 0 END
-           AS score
+           AS score,
+       d.superseded, d.effective_date
 FROM fused f
 JOIN retrieval_chunk c ON c.id = f.id
 JOIN retrieval_document d ON d.id = c.document_id
@@ -325,6 +326,8 @@ def hybrid_search(
             vector_rank=row[8],
             text_rank=row[9],
             score=float(row[10]),
+            superseded=bool(row[11]),
+            effective=row[12],
         )
         for row in rows
     ]

@@ -125,3 +125,40 @@ def test_changing_groups_updates_chunk_access(tmp_path: Path) -> None:
     document_set_groups(document=document, group_names=["rh-restrito"])
     chunk = document.chunks.get()
     assert chunk.is_public is False and chunk.group_ids == [document.groups.get().id]
+
+
+@pytest.mark.django_db(transaction=True)  # the search engine reads on its own connection
+def test_versions_from_front_matter_reach_the_search_hits(tmp_path: Path) -> None:
+    from retrieval.pipeline.search import Scope, SearchRequest
+    from retrieval.services import search_engine, search_params
+
+    write(
+        tmp_path,
+        "pt/remoto-2024.md",
+        "---\nsuperseded_by: pt/remoto-2026\neffective: 2024-01-01\n---\n"
+        "# Trabalho remoto 2024\n\nDois dias de trabalho remoto por semana.",
+    )
+    write(
+        tmp_path,
+        "pt/remoto-2026.md",
+        "---\neffective: 2026-01-01\n---\n# Trabalho remoto\n\nTrês dias de trabalho remoto.",
+    )
+    report = ingest(tmp_path)
+    assert report.count("added") == 2
+    old = Document.objects.get(external_id="pt/remoto-2024")
+    assert (old.superseded, old.superseded_by, str(old.effective_date)) == (
+        True,
+        "pt/remoto-2026",
+        "2024-01-01",
+    )
+    assert not Document.objects.get(external_id="pt/remoto-2026").superseded
+    scope = Scope(collection_id=default_collection().id, see_everything=True)
+    hits = search_engine().search(SearchRequest("trabalho remoto", []), scope, search_params())
+    by_document = {h.external_id: h for h in hits}
+    assert by_document["pt/remoto-2024"].superseded
+    assert by_document["pt/remoto-2026"].effective is not None
+    assert by_document["pt/remoto-2026"].effective.year == 2026
+    # Staff may mark a page replaced by hand: the next search sees it, nothing re-embedded.
+    Document.objects.filter(external_id="pt/remoto-2026").update(superseded=True)
+    again = search_engine().search(SearchRequest("trabalho remoto", []), scope, search_params())
+    assert all(h.superseded for h in again)
