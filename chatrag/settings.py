@@ -176,16 +176,23 @@ else:
 # The cache every process shares: the chat's per-user rate limit (conversations.live) is
 # counted in it, once for all web replicas. Without Redis: a database table, created by
 # `manage.py createcachetable` (the dev server and the deploy's migrate step run it).
+# CHATRAG_CACHE_KEY_PREFIX keeps deployments (or test runs) sharing one Redis apart.
+_cache_prefix = env_str("CHATRAG_CACHE_KEY_PREFIX", "chatrag")
 CACHES: dict[str, dict[str, Any]]
 if REDIS_URL:
     CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": _cache_prefix,
+        }
     }
 else:
     CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.db.DatabaseCache",
             "LOCATION": "chatrag_cache",
+            "KEY_PREFIX": _cache_prefix,
             # The default (300 entries, then a third deleted) would forget users' counts.
             "OPTIONS": {"MAX_ENTRIES": 1_000_000},
         }
