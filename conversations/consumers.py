@@ -318,8 +318,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
         """No confirmation in STOP_ACK_S while the turn is still unanswered: tell the user."""
         await asyncio.sleep(STOP_ACK_S)
         self.stops_unconfirmed.pop(message_id, None)
-        if not self.socket_closed and await _turn_unanswered(message_id):
-            await self._stop_failed()
+        try:
+            if not self.socket_closed and await _turn_unanswered(message_id):
+                await self._stop_failed()
+        except Exception as exc:  # the database or the socket went away meanwhile
+            logger.warning("stop of turn %s: could not tell the user: %r", message_id, exc)
 
     async def _stop_failed(self) -> None:
         # No reply_to: the page shows it as a notice and leaves the turn running as it is.
