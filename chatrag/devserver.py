@@ -87,7 +87,6 @@ def main() -> int:
     children: list[subprocess.Popen[bytes]] = []
     try:
         _manage("migrate", "--verbosity", "0")
-        _manage("createcachetable")  # the shared cache (rate limit) without Redis
         _manage("seed_demo")
         _manage("collectstatic", "--noinput", "--verbosity", "0")
         # Turns the last run left "in progress" (it was killed mid-answer) are failed now:

@@ -174,8 +174,8 @@ else:
     # channels_postgres deletes group rows through this hard-coded alias: the same database.
     DATABASES["channels_postgres"] = {**_layer_db}
 # The cache every process shares: the chat's per-user rate limit (conversations.live) is
-# counted in it, once for all web replicas. Without Redis: a database table, created by
-# `manage.py createcachetable` (the dev server and the deploy's migrate step run it).
+# counted in it, once for all web replicas. Without Redis: a database table, which `migrate`
+# creates (conversations.apps runs createcachetable after it).
 # CHATRAG_CACHE_KEY_PREFIX keeps deployments (or test runs) sharing one Redis apart.
 _cache_prefix = env_str("CHATRAG_CACHE_KEY_PREFIX", "chatrag")
 CACHES: dict[str, dict[str, Any]]

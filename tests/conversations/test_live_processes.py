@@ -102,7 +102,6 @@ def servers(
         if mode == "redis":
             env["REDIS_URL"] = REDIS_URL
         manage(env, "migrate", "--noinput")
-        manage(env, "createcachetable")
         manage(env, "ingest", *[str(DEMO_KB / f"{d}.md") for d in DOCUMENTS], "--quiet")
         manage(env, "seed_demo", "--no-ingest")
         ports = [devserver.free_port(), devserver.free_port()]
