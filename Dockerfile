@@ -7,6 +7,7 @@ COPY pyproject.toml README.md ./
 COPY chatrag ./chatrag
 COPY conversations ./conversations
 COPY retrieval ./retrieval
+# The production install: without the `dev` extra (embedded PostgreSQL, test tools).
 RUN pip install --no-cache-dir .
 COPY . .
 RUN for po in locale/*/LC_MESSAGES/django.po; do msgfmt --check -o "${po%.po}.mo" "$po"; done

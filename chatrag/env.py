@@ -3,11 +3,31 @@
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_file() -> Path:
+    """The `.env` file to read: CHATRAG_ENV_FILE, else the one at the checkout's root."""
+    default = Path(__file__).resolve().parent.parent / ".env"
+    return Path(os.environ.get("CHATRAG_ENV_FILE") or default)
+
+
+def load_env_file(path: Path) -> None:
+    """Read `path` (a `.env` of KEY=value lines) into the environment, if it exists.
+
+    What the environment already sets wins, so a service manager, docker-compose or a test
+    overrides the file; a production container simply has none.
+    """
+    from dotenv import load_dotenv
+
+    if path.is_file():
+        load_dotenv(path, override=False)
 
 
 def env_str(name: str, default: str = "") -> str:
@@ -69,4 +89,17 @@ def env_choice(name: str, default: str, choices: set[str]) -> str:
     value = os.environ.get(name, default).strip()
     if value not in choices:
         raise ImproperlyConfigured(f"{name} must be one of {sorted(choices)}, got {value!r}")
+    return value
+
+
+def env_regex(name: str, default: str = "") -> str:
+    """Return the variable when it compiles as a regular expression (empty: the default)."""
+    value = os.environ.get(name, "") or default
+    if value:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ImproperlyConfigured(
+                f"{name} is not a valid regular expression ({exc}): {value!r}"
+            ) from None
     return value

@@ -1,6 +1,9 @@
 """The one settings module; every environment difference comes from environment variables.
 
-See `.env.example` and the README for the full list.
+See `.env.example` and the README for the full list. A `.env` file at the root (or the one
+CHATRAG_ENV_FILE names) is read first; the environment wins over it. Nothing here starts a
+server, creates a folder or imports the apps: a bad value stops start-up with a message that
+names the variable.
 """
 
 from __future__ import annotations
@@ -14,9 +17,19 @@ import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
-from retrieval.pipeline.masking import DEFAULT_EMPLOYEE_ID_PATTERN
+from .env import (
+    env_bool,
+    env_choice,
+    env_file,
+    env_float,
+    env_int,
+    env_list,
+    env_regex,
+    env_str,
+    load_env_file,
+)
 
-from .env import env_bool, env_choice, env_float, env_int, env_list, env_str
+load_env_file(env_file())
 
 # Lets admin classes be written ModelAdmin[Model] for mypy, at run time too.
 django_stubs_ext.monkeypatch()
@@ -86,14 +99,24 @@ TEMPLATES = [
 ]
 
 # --- Database -----------------------------------------------------------------------------
-# DATABASE_URL: any PostgreSQL 15+ with pgvector. Unset: the embedded server (chatrag.devdb).
+# DATABASE_URL: any PostgreSQL 15+ with pgvector. Unset: in debug only, the embedded server of
+# chatrag.devdb (the dev tools start it; this only reads where it listens); otherwise an error,
+# so that a container missing its URL refuses to start instead of using an empty database.
 _database_url = env_str("DATABASE_URL")
+CHATRAG_EMBEDDED_DB = not _database_url
 if _database_url:
     _db: dict[str, Any] = dict(dj_database_url.parse(_database_url))
-else:
-    from .devdb import ensure_running
+elif DEBUG:
+    from .devdb import PGDATA, connection_settings
 
-    _db = {"ENGINE": "django.db.backends.postgresql", **ensure_running()}
+    _pgdata = Path(env_str("CHATRAG_PGDATA") or PGDATA)
+    _db = {"ENGINE": "django.db.backends.postgresql", **connection_settings(_pgdata)}
+else:
+    raise ImproperlyConfigured(
+        "DATABASE_URL is unset: set it to a PostgreSQL 15+ with pgvector "
+        "(postgresql://user:password@host:5432/chatrag). The embedded development database "
+        "is used only with CHATRAG_DEBUG=1."
+    )
 _db.setdefault("OPTIONS", {})
 _db["CONN_MAX_AGE"] = 0
 _db["CONN_HEALTH_CHECKS"] = True
@@ -122,11 +145,9 @@ if REDIS_URL:
     }
 else:
     # No extra server: Celery uses kombu's filesystem transport, Channels the database.
+    # kombu creates none of these folders itself: chatrag.celery does, when Celery configures.
     _broker_dir = VAR_DIR / "celery-broker"
     CELERY_BROKER_URL = "filesystem://"
-    # kombu creates none of these folders itself.
-    for _folder in ("queue", "processed", "control"):
-        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
@@ -152,6 +173,30 @@ else:
     }
     # channels_postgres deletes group rows through this hard-coded alias: the same database.
     DATABASES["channels_postgres"] = {**_layer_db}
+# The cache every process shares: the chat's per-user rate limit (conversations.live) is
+# counted in it, once for all web replicas. Without Redis: a database table, which `migrate`
+# creates (conversations.apps runs createcachetable after it).
+# CHATRAG_CACHE_KEY_PREFIX keeps deployments (or test runs) sharing one Redis apart.
+_cache_prefix = env_str("CHATRAG_CACHE_KEY_PREFIX", "chatrag")
+CACHES: dict[str, dict[str, Any]]
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": _cache_prefix,
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "chatrag_cache",
+            "KEY_PREFIX": _cache_prefix,
+            # The default (300 entries, then a third deleted) would forget users' counts.
+            "OPTIONS": {"MAX_ENTRIES": 1_000_000},
+        }
+    }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CHATRAG_CELERY_EAGER", False)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
@@ -210,9 +255,8 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# Filled by `collectstatic` (the dev server and the deploy's migrate step run it).
 STATIC_ROOT = VAR_DIR / "staticfiles"
-# WhiteNoise scans this folder when the app loads: it exists before `collectstatic` fills it.
-STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 MEDIA_ROOT = VAR_DIR / "media"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -276,8 +320,9 @@ CHATRAG_REWRITE_WINDOW = env_int("CHATRAG_REWRITE_WINDOW", 6, minimum=0)
 CHATRAG_REWRITE_MODE = env_choice("CHATRAG_REWRITE_MODE", "auto", {"auto", "rules", "llm"})
 CHATRAG_REWRITE_MAX_QUERIES = env_int("CHATRAG_REWRITE_MAX_QUERIES", 3, minimum=1)
 CHATRAG_REWRITE_MAX_QUERY_CHARS = env_int("CHATRAG_REWRITE_MAX_QUERY_CHARS", 300, minimum=20)
-# Employee registration numbers to mask (regex); empty means the default pattern.
-CHATRAG_EMPLOYEE_ID_PATTERN = env_str("CHATRAG_EMPLOYEE_ID_PATTERN") or DEFAULT_EMPLOYEE_ID_PATTERN
+# Employee registration numbers to mask (regex), checked here; empty means masking's default
+# (retrieval.pipeline.masking.DEFAULT_EMPLOYEE_ID_PATTERN, read by retrieval.services).
+CHATRAG_EMPLOYEE_ID_PATTERN = env_regex("CHATRAG_EMPLOYEE_ID_PATTERN")
 
 # Hybrid search (reciprocal-rank fusion of a vector leg and a full-text leg).
 CHATRAG_SEARCH_VECTOR_WEIGHT = env_float("CHATRAG_SEARCH_VECTOR_WEIGHT", 1.0, minimum=0)
@@ -310,6 +355,11 @@ CHATRAG_PARSE_MEMORY_MB = env_int("CHATRAG_PARSE_MEMORY_MB", 1024, minimum=64)
 CHATRAG_PARSE_MAX_CHARS = env_int("CHATRAG_PARSE_MAX_CHARS", 5_000_000, minimum=1000)
 CHATRAG_CHUNK_CHARS = env_int("CHATRAG_CHUNK_CHARS", 1200, minimum=200)
 CHATRAG_CHUNK_OVERLAP = env_int("CHATRAG_CHUNK_OVERLAP", 150, minimum=0)
+if CHATRAG_CHUNK_OVERLAP >= CHATRAG_CHUNK_CHARS:
+    raise ImproperlyConfigured(
+        f"CHATRAG_CHUNK_OVERLAP ({CHATRAG_CHUNK_OVERLAP}) must be smaller than "
+        f"CHATRAG_CHUNK_CHARS ({CHATRAG_CHUNK_CHARS})"
+    )
 # Language assumed for a document whose language cannot be told from its text.
 CHATRAG_DEFAULT_LANGUAGE = env_choice("CHATRAG_DEFAULT_LANGUAGE", "pt", {"pt", "es", "en"})
 # The collection the chat searches (its slug); the demo and `ingest` use "company".

@@ -13,6 +13,9 @@ Frames out: conversation, accepted, rewrite, clarify, sources, delta, done, snap
   it relays the first frame of a turn asked from another socket; a socket that found its
   session ended never sends another frame.
 - Another user's id is "not_found", exactly like an id that does not exist.
+- Stop and the rate limit hold across web processes (`conversations.live`): a stop reaches
+  the process running the turn; a stop that cannot be confirmed while the turn is still
+  unanswered is told to the user ("stop_failed").
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ import asyncio
 import json
 import logging
 import time
-from collections import defaultdict, deque
 from importlib import import_module
 from typing import Any
 
@@ -31,9 +33,10 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db.models import Q
 from django.http import Http404
 
-from conversations import turns
+from conversations import live, turns
 from conversations.frames import (
     MAX_FRAME_BYTES,
     FrameError,
@@ -58,7 +61,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-_recent: dict[int, deque[float]] = defaultdict(deque)
+rate_limited = live.rate_limited
+# How long a stop sent to another process may take to be confirmed before the user is told.
+STOP_ACK_S = 3.0
 
 
 def group_name(conversation_id: int) -> str:
@@ -88,18 +93,6 @@ def session_sockets_close(*, user_id: int, session_key: str) -> None:
 def sockets_recheck(*, user_id: int) -> None:
     """Make the user's sockets re-check their session now and close if it has ended."""
     _tell_sockets(user_id, {"type": "session.recheck"})
-
-
-def rate_limited(user_id: int, *, per_minute: int, now: float | None = None) -> bool:
-    """Sliding one-minute window of accepted messages per user (per process)."""
-    now = time.monotonic() if now is None else now
-    window = _recent[user_id]
-    while window and now - window[0] > 60:
-        window.popleft()
-    if len(window) >= per_minute:
-        return True
-    window.append(now)
-    return False
 
 
 RELAY_EVERY_S = 0.1
@@ -164,6 +157,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.groups_joined = set()
         self.snapshot_ends: dict[int, int] = {}  # answer id -> length of the text sent
         self.turns_checked: set[int] = set()  # turns of other sockets relayed after a check
+        self.stops_unconfirmed: dict[int, asyncio.Task[None]] = {}  # by user message id
         await self.accept()
         # Joined after accepting, so a sign-out that races the handshake is caught by the
         # check below rather than missed.
@@ -174,6 +168,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         # Running turns are NOT cancelled: they finish and store the answer.
         self.socket_closed = True
+        for waiting in getattr(self, "stops_unconfirmed", {}).values():
+            waiting.cancel()
         for group in getattr(self, "groups_joined", set()):
             try:
                 await self.channel_layer.group_discard(group, self.channel_name)
@@ -261,7 +257,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
             existing = await self._owned(frame.conversation)
             if existing is None:
                 return
-        if rate_limited(self.user.id, per_minute=settings.CHATRAG_RATE_LIMIT_PER_MINUTE):
+        limited = await database_sync_to_async(live.rate_limited)(
+            self.user.id, per_minute=settings.CHATRAG_RATE_LIMIT_PER_MINUTE
+        )
+        if limited:
             await self._error("rate_limited", "Too many messages; wait a minute and try again.")
             return
         if existing is None:
@@ -304,7 +303,34 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if not owned:
             await self._error("not_found", "Message not found.")
             return
-        turns.request_stop(frame.message_id)
+        outcome = await live.stop_request(frame.message_id, reply_to=self.channel_name)
+        if outcome == "sent":  # to the process running it, which confirms (turn_stop_ack)
+            previous = self.stops_unconfirmed.pop(frame.message_id, None)
+            if previous is not None:
+                previous.cancel()
+            self.stops_unconfirmed[frame.message_id] = asyncio.create_task(
+                self._stop_confirmed_or_told(frame.message_id)
+            )
+        elif outcome == "unreachable" and await _turn_unanswered(frame.message_id):
+            await self._stop_failed()
+
+    async def _stop_confirmed_or_told(self, message_id: int) -> None:
+        """No confirmation in STOP_ACK_S while the turn is still unanswered: tell the user."""
+        await asyncio.sleep(STOP_ACK_S)
+        self.stops_unconfirmed.pop(message_id, None)
+        try:
+            if not self.socket_closed and await _turn_unanswered(message_id):
+                await self._stop_failed()
+        except Exception as exc:  # the database or the socket went away meanwhile
+            logger.warning("stop of turn %s: could not tell the user: %r", message_id, exc)
+
+    async def _stop_failed(self) -> None:
+        # No reply_to: the page shows it as a notice and leaves the turn running as it is.
+        await self._error(
+            "stop_failed",
+            "The answer could not be stopped: the server writing it did not respond. "
+            "It will finish on its own.",
+        )
 
     # --- channel layer events -----------------------------------------------------------------
 
@@ -317,6 +343,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def session_recheck(self, event: dict[str, Any]) -> None:
         if not self.session_ended and not await self._session_still_valid():
             await self._end_session()
+
+    async def turn_stop_ack(self, event: dict[str, Any]) -> None:
+        """The process running the turn has stopped it."""
+        waiting = self.stops_unconfirmed.pop(int(event.get("message_id") or 0), None)
+        if waiting is not None:
+            waiting.cancel()
 
     async def turn_event(self, event: dict[str, Any]) -> None:
         await self._send(event["event"])
@@ -348,6 +380,14 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
 
 @database_sync_to_async
+def _turn_unanswered(message_id: int) -> bool:
+    """The turn of this user message has not finished (on whichever process runs it)."""
+    question = Q(pk=message_id, status=Message.Status.RECEIVED)
+    answer = Q(reply_to_id=message_id, status=Message.Status.STREAMING)
+    return Message.objects.filter(question | answer).exists()
+
+
+@database_sync_to_async
 def _live_snapshots(conversation_id: int) -> list[dict[str, Any]]:
     """Answers still being written in this conversation, with their text so far."""
     snapshots = []
@@ -357,8 +397,8 @@ def _live_snapshots(conversation_id: int) -> list[dict[str, Any]]:
         status=Message.Status.STREAMING,
     )
     for answer in streaming:
-        live = turns.LIVE.get(answer.reply_to_id or 0)
-        text = live.text if live is not None else answer.text
+        running = live.LIVE.get(answer.reply_to_id or 0)
+        text = running.text if running is not None else answer.text
         snapshots.append(
             {
                 "type": "snapshot",

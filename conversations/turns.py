@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from channels.db import database_sync_to_async
@@ -23,6 +23,7 @@ from django.db import InterfaceError, OperationalError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from conversations.live import LIVE, REGISTRY, LiveTurn
 from conversations.models import Message, TurnTrace
 from conversations.selectors import history_before
 from retrieval.embeddings import Embedder
@@ -66,17 +67,6 @@ T = TypeVar("T")
 SAVE_EVERY_S = 0.5
 
 
-@dataclass
-class LiveTurn:
-    """In-process state of a running turn: lets a reload resync and a user stop it."""
-
-    user_message_id: int
-    assistant_message_id: int | None = None
-    text: str = ""
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-LIVE: dict[int, LiveTurn] = {}  # by user message id
 _TASKS: set[asyncio.Task[None]] = set()
 
 # A turn's database calls run on threads of their own, concurrently, each on a pooled
@@ -161,21 +151,19 @@ async def turn_retrieve(
 
 
 def start_turn(*, message_id: int, emit: Emit, received_at: float) -> LiveTurn:
-    """Run a turn as an independent task (it outlives the socket that asked for it)."""
-    live = LIVE.setdefault(message_id, LiveTurn(user_message_id=message_id))
-    task = asyncio.create_task(turn_run(message_id=message_id, emit=emit, received_at=received_at))
+    """Run a turn as an independent task (it outlives the socket that asked for it), which a
+    stop from any web process reaches (`conversations.live`)."""
+    live = REGISTRY.begin(message_id)
+    work = turn_run(message_id=message_id, emit=emit, received_at=received_at)
+    task = asyncio.create_task(REGISTRY.serve(message_id, work))
     _TASKS.add(task)
     task.add_done_callback(_TASKS.discard)
     return live
 
 
 def request_stop(message_id: int) -> bool:
-    """Ask a running turn (in this process) to stop generating."""
-    live = LIVE.get(message_id)
-    if live is None:
-        return False
-    live.stop.set()
-    return True
+    """Stop a turn this process runs; `conversations.live.stop_request` reaches any process."""
+    return REGISTRY.stop_here(message_id)
 
 
 def _source_cards(passages: list[MergedHit]) -> list[dict[str, Any]]:

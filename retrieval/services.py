@@ -18,7 +18,7 @@ from retrieval.embeddings import Embedder, get_embedder
 from retrieval.models import Collection, Document, GlossaryEntry
 from retrieval.pipeline.fusion import FusionStrategy
 from retrieval.pipeline.llm import ChatModel
-from retrieval.pipeline.masking import MaskingConfig
+from retrieval.pipeline.masking import DEFAULT_EMPLOYEE_ID_PATTERN, MaskingConfig
 from retrieval.pipeline.retrieve import RetrievalSettings, RewriteMode
 from retrieval.pipeline.search import Scope, SearchEngine, SearchParams, get_engine
 from retrieval.pipeline.text import LANGUAGES
@@ -62,6 +62,11 @@ def search_params() -> SearchParams:
     )
 
 
+def employee_id_pattern() -> str:
+    """The registration-number pattern to mask: CHATRAG_EMPLOYEE_ID_PATTERN or masking's default."""
+    return settings.CHATRAG_EMPLOYEE_ID_PATTERN or DEFAULT_EMPLOYEE_ID_PATTERN
+
+
 def retrieval_settings(*, mode: RewriteMode | None = None) -> RetrievalSettings:
     """Pipeline knobs from settings; the rewrite mode defaults to llm when a model is set."""
     if mode is None and settings.CHATRAG_REWRITE_MODE != "auto":
@@ -83,7 +88,7 @@ def retrieval_settings(*, mode: RewriteMode | None = None) -> RetrievalSettings:
         passages=settings.CHATRAG_SEARCH_PASSAGES,
         max_per_document=settings.CHATRAG_SEARCH_MAX_PER_DOCUMENT,
         rewrite_timeout=settings.CHATRAG_REWRITE_TIMEOUT,
-        masking=MaskingConfig(employee_id_pattern=settings.CHATRAG_EMPLOYEE_ID_PATTERN or None),
+        masking=MaskingConfig(employee_id_pattern=employee_id_pattern()),
         search=search_params(),
     )
 

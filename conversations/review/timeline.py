@@ -25,7 +25,7 @@ from conversations.views.present import BACKEND_LABELS, QUERY_TYPE_LABELS
 from retrieval.access import RESTRICTED_DOCUMENT, RESTRICTED_PASSAGE
 from retrieval.pipeline.answer import clean_citations
 from retrieval.pipeline.masking import Masker, MaskingConfig
-from retrieval.services import known_names_for
+from retrieval.services import employee_id_pattern, known_names_for
 
 FLAG_LABELS = {
     "anomaly": _("anomaly"),
@@ -146,7 +146,7 @@ def display_masker(owner: User, *, mask_money: bool = True) -> Masker:
     """A masker like the pipeline's for this user (their own names included)."""
     return Masker(
         MaskingConfig(
-            employee_id_pattern=settings.CHATRAG_EMPLOYEE_ID_PATTERN or None,
+            employee_id_pattern=employee_id_pattern(),
             known_names=tuple(known_names_for(owner)),
             mask_money=mask_money,
         )

@@ -31,13 +31,16 @@ def model_server() -> Iterator[HTTPServer]:
 
 @pytest_asyncio.fixture
 async def ws_settled() -> AsyncIterator[None]:
-    """Around a WebSocket test: no rate-limit history before it, and after it every turn it
-    started has finished and the channel layer's pool (bound to its event loop) is closed."""
-    from conversations import consumers, turns
+    """Around a WebSocket test: no rate-limit history (the shared cache) before it, and after
+    it every turn it started has finished and the channel layer's pool (bound to its event
+    loop) is closed."""
+    from django.core.cache import cache
 
-    consumers._recent.clear()
+    from conversations import turns
+
+    await cache.aclear()
     yield
     await finish_turns()
     await close_postgres_layer()
-    consumers._recent.clear()
+    await cache.aclear()
     turns.LIVE.clear()

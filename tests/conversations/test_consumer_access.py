@@ -16,7 +16,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.contrib.sessions.models import Session
 
-from conversations import turns
+from conversations import live
 from conversations.models import Conversation, Message
 from tests.support import (
     WS_WAIT_S,
@@ -85,6 +85,16 @@ def _user_messages(conversation_id: int) -> list[str]:
 ACTIONS = ["open", "message", "stop", "stop-the-answer-id"]
 
 
+def _recording(stops: list[int], outcome: str) -> Any:
+    """A stand-in for `live.stop_request` that records which turns were asked to stop."""
+
+    async def stop_request(message_id: int, *, reply_to: str) -> str:
+        stops.append(message_id)
+        return outcome
+
+    return stop_request
+
+
 @pytest.mark.parametrize("action", ACTIONS)
 @pytest.mark.parametrize("persona", ["rita", "carlos"])
 async def test_another_users_ids_give_not_found_and_no_data(
@@ -92,8 +102,8 @@ async def test_another_users_ids_give_not_found_and_no_data(
 ) -> None:
     owned = await _anas_conversation(personas["ana"])
     stops: list[int] = []
-    original = turns.request_stop
-    turns.request_stop = lambda message_id: stops.append(message_id) or False  # type: ignore[assignment]
+    original = live.stop_request
+    live.stop_request = _recording(stops, "unreachable")  # type: ignore[assignment]
     try:
         communicator = await ws_connected(personas[persona])
         await communicator.send_json_to(_frames(owned)[action])
@@ -101,7 +111,7 @@ async def test_another_users_ids_give_not_found_and_no_data(
         await ws_pong(communicator)  # and nothing else was sent
         await communicator.disconnect()
     finally:
-        turns.request_stop = original  # type: ignore[assignment]
+        live.stop_request = original  # type: ignore[assignment]
     assert error["type"] == "error" and error["code"] == "not_found"
     leaked = json.dumps(error, ensure_ascii=False)
     for secret in (SECRET_QUESTION, SECRET_PARTIAL, "Salário da Ana", str(owned.answer)):
@@ -114,8 +124,8 @@ async def test_another_users_ids_give_not_found_and_no_data(
 async def test_owner_can_do_each_action(personas: dict[str, Any], action: str) -> None:
     owned = await _anas_conversation(personas["ana"])
     stops: list[int] = []
-    original = turns.request_stop
-    turns.request_stop = lambda message_id: stops.append(message_id) or True  # type: ignore[assignment]
+    original = live.stop_request
+    live.stop_request = _recording(stops, "here")  # type: ignore[assignment]
     try:
         communicator = await ws_connected(personas["ana"])
         await communicator.send_json_to(_frames(owned)[action])
@@ -130,7 +140,7 @@ async def test_owner_can_do_each_action(personas: dict[str, Any], action: str) -
         await ws_pong(communicator)
         await communicator.disconnect()
     finally:
-        turns.request_stop = original  # type: ignore[assignment]
+        live.stop_request = original  # type: ignore[assignment]
     assert stops == ([owned.question] if action == "stop" else [])
     if action == "message":
         assert await _user_messages(owned.conversation) == [SECRET_QUESTION, "me mostra"]

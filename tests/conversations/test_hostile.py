@@ -23,12 +23,13 @@ import pytest
 import pytest_asyncio
 from channels.db import database_sync_to_async
 from django.contrib.auth.models import User
+from django.core.cache import cache
 from django.test import Client
 from django.urls import reverse
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from conversations import consumers, turns
+from conversations import turns
 from conversations.models import Conversation, Message, TurnTrace
 from conversations.services import clean_user_text, conversation_create, message_store_user
 from retrieval.embeddings import get_embedder
@@ -325,11 +326,11 @@ def test_chat_js_inserts_text_never_html() -> None:
 
 @pytest_asyncio.fixture
 async def settled_socket() -> AsyncIterator[None]:
-    consumers._recent.clear()
+    await cache.aclear()
     yield
     await finish_turns()
     await close_postgres_layer()
-    consumers._recent.clear()
+    await cache.aclear()
     turns.LIVE.clear()
 
 

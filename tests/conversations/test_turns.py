@@ -401,6 +401,7 @@ async def test_openai_compatible_server_streams_an_answer_end_to_end(
 async def _start_and_wait_for_first_delta(
     user: Any,
 ) -> tuple[Message, asyncio.Task[None], list[dict[str, Any]]]:
+    """Start a turn as the consumer does (its tests settle the channel layer it joins)."""
     message = await _store(user, QUESTION)
     frames: list[dict[str, Any]] = []
     first_delta = asyncio.Event()
@@ -427,7 +428,11 @@ def _slow_stream(release: threading.Event) -> Handler:
 
 
 async def test_stop_mid_answer_stores_the_partial_text_as_stopped(
-    small_kb: Any, personas: dict[str, Any], ollama: HTTPServer, release: threading.Event
+    small_kb: Any,
+    personas: dict[str, Any],
+    ollama: HTTPServer,
+    release: threading.Event,
+    ws_settled: None,
 ) -> None:
     _route(
         ollama,
@@ -454,6 +459,7 @@ async def test_stop_while_the_model_stalls_ends_the_turn_without_waiting_for_it(
     ollama: HTTPServer,
     settings: Any,
     release: threading.Event,
+    ws_settled: None,
 ) -> None:
     settings.CHATRAG_LLM_TIMEOUT = 60.0  # far beyond the hang guard: only the stop can end it
     _route(
@@ -593,7 +599,11 @@ async def test_database_error_while_storing_the_answer_marks_the_turn_failed(
 
 
 async def test_conversation_deleted_while_streaming_ends_the_turn_quietly(
-    small_kb: Any, personas: dict[str, Any], ollama: HTTPServer, release: threading.Event
+    small_kb: Any,
+    personas: dict[str, Any],
+    ollama: HTTPServer,
+    release: threading.Event,
+    ws_settled: None,
 ) -> None:
     _route(
         ollama,

@@ -1,0 +1,158 @@
+"""Running turns across web processes: a stop reaches the turn wherever it runs; one allowance.
+
+docker-compose runs several web replicas behind a round-robin proxy, so the socket that asks
+to stop a turn is often not on the process running it, and a per-process count would give
+each user one allowance per replica.
+
+- Each process keeps the turns it runs in `LIVE` (by user message id): their text so far (a
+  reload's snapshot) and the event that stops them.
+- While a turn runs, its process's control channel is in the channel-layer group
+  `turn-<message id>` (Redis with REDIS_URL, the database otherwise). A stop asked on
+  another process goes to that group; the process running the turn stops it and confirms to
+  the asking socket (`turn.stop_ack`). A socket that hears no confirmation while the turn is
+  still unanswered tells its user the stop did not get through.
+- The per-user rate limit lives in Django's cache (Redis with REDIS_URL, the database cache
+  otherwise), which every process shares.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from channels.layers import get_channel_layer
+from django.core.cache import cache
+
+logger = logging.getLogger(__name__)
+
+RATE_WINDOW_S = 60
+_RATE_KEY = "rate:{user}:{slot}"
+
+
+@dataclass
+class LiveTurn:
+    """In-process state of a running turn: lets a reload resync and a user stop it."""
+
+    user_message_id: int
+    assistant_message_id: int | None = None
+    text: str = ""
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def turn_group(message_id: int) -> str:
+    """The group holding the control channel of the process that runs this turn."""
+    return f"turn-{message_id}"
+
+
+class Registry:
+    """The turns this process runs, reachable from every process through the channel layer."""
+
+    def __init__(self) -> None:
+        self.turns: dict[int, LiveTurn] = {}
+        self._layer: Any = None
+        self._channel = ""
+        self._listener: asyncio.Task[None] | None = None
+
+    def begin(self, message_id: int) -> LiveTurn:
+        return self.turns.setdefault(message_id, LiveTurn(user_message_id=message_id))
+
+    def stop_here(self, message_id: int) -> bool:
+        """Stop the turn if this process runs it; return whether it does."""
+        live = self.turns.get(message_id)
+        if live is None:
+            return False
+        live.stop.set()
+        return True
+
+    async def serve(self, message_id: int, work: Any) -> None:
+        """Await the turn's coroutine `work` with the turn reachable by stops from anywhere."""
+        layer = get_channel_layer()
+        channel = ""
+        if layer is not None:
+            try:
+                channel = await self._control_channel(layer)
+                await layer.group_add(turn_group(message_id), channel)
+            except Exception as exc:  # the layer is down: stops from this process still work
+                logger.warning("turn %s: not reachable from other processes: %r", message_id, exc)
+                channel = ""
+        try:
+            await work
+        finally:
+            if channel:
+                try:
+                    await layer.group_discard(turn_group(message_id), channel)
+                except Exception as exc:  # its row expires with the group
+                    logger.warning("turn %s: could not leave its group: %r", message_id, exc)
+
+    async def _control_channel(self, layer: Any) -> str:
+        """This process's channel for stops, listened to from its first turn on."""
+        listening = (
+            self._layer is layer
+            and self._listener is not None
+            and not self._listener.done()
+            and self._listener.get_loop() is asyncio.get_running_loop()
+        )
+        if not listening:
+            self._layer = layer
+            self._channel = await layer.new_channel("turns")
+            self._listener = asyncio.create_task(self._listen(layer, self._channel))
+        return self._channel
+
+    async def _listen(self, layer: Any, channel: str) -> None:
+        while True:
+            try:
+                message = await layer.receive(channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the layer's server is restarting: listen again
+                logger.warning("turn control channel: %r; listening again", exc)
+                await asyncio.sleep(1)
+                continue
+            if message.get("type") != "turn.stop":
+                continue
+            message_id = int(message.get("message_id") or 0)
+            reply_to = str(message.get("reply_to") or "")
+            if self.stop_here(message_id) and reply_to:
+                try:
+                    await layer.send(reply_to, {"type": "turn.stop_ack", "message_id": message_id})
+                except Exception as exc:  # the turn stops all the same
+                    logger.warning("turn %s: stop not confirmed: %r", message_id, exc)
+
+
+REGISTRY = Registry()
+LIVE = REGISTRY.turns
+
+
+async def stop_request(message_id: int, *, reply_to: str) -> str:
+    """Ask the turn to stop wherever it runs: "here", "sent" (await an ack) or "unreachable"."""
+    if REGISTRY.stop_here(message_id):
+        return "here"
+    layer = get_channel_layer()
+    if layer is None:
+        return "unreachable"
+    message = {"type": "turn.stop", "message_id": message_id, "reply_to": reply_to}
+    try:
+        await layer.group_send(turn_group(message_id), message)
+    except Exception as exc:
+        logger.warning("turn %s: stop not sent: %r", message_id, exc)
+        return "unreachable"
+    return "sent"
+
+
+def rate_limited(user_id: int, *, per_minute: int) -> bool:
+    """Take one of the user's `per_minute` slots of the last minute; True when none is free.
+
+    Each accepted message holds a slot (a cache key) for RATE_WINDOW_S: a sliding window,
+    counted once for all the processes that share the cache. `add` only writes an absent key
+    (atomically in Redis and in the database cache), so two processes never take one slot.
+    A cache that cannot be reached lets the message through: the chat must not stop with it.
+    """
+    keys = [_RATE_KEY.format(user=user_id, slot=slot) for slot in range(per_minute)]
+    try:
+        held = cache.get_many(keys)
+        return not any(k not in held and cache.add(k, 1, RATE_WINDOW_S) for k in keys)
+    except Exception as exc:
+        logger.error("rate limit not applied (the cache is unreachable): %r", exc)
+        return False

@@ -1,0 +1,247 @@
+"""Running turns across web processes: two daphne servers on one database, as behind nginx.
+
+- Both servers share a database of this module's own (on the suite's PostgreSQL) and, in the
+  Redis mode, a Redis; nothing else: each has its own registry of running turns.
+- The chat model is the fake Ollama server (`chatrag.fakemodel`), held after its first piece
+  so that a turn is still being written when the other server is asked to stop it.
+- A browser's part is played by `websockets` clients with the session cookie of a real login.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from psycopg import sql
+from websockets.asyncio.client import ClientConnection, connect
+
+from chatrag import devserver
+from chatrag.fakemodel import FakeModelConfig, FakeModelServer
+from tests.conftest import DEMO_KB
+from tests.support import database_url, manage
+
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
+
+WAIT_S = 60  # a hang guard, never a performance assertion
+LIMIT = 3  # messages a minute per user, on both servers together
+DOCUMENTS = ["pt/ferias-regras-gerais", "pt/vale-refeicao-regra-geral"]
+REDIS_URL = os.environ.get("CHATRAG_TEST_REDIS_URL", "")
+
+
+@dataclass
+class Servers:
+    urls: tuple[str, str]
+    webs: tuple[Any, Any]
+    model: FakeModelServer
+    conninfo: str
+
+    def query(self, statement: Any, params: list[Any]) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.conninfo) as conn:
+            return conn.execute(statement, params).fetchall()
+
+
+def _admin_conninfo() -> dict[str, Any]:
+    from django.conf import settings
+
+    return dict(settings.DATABASES["default"])
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        "postgres",
+        pytest.param("redis", marks=pytest.mark.redis),
+    ],
+)
+def servers(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Servers]:
+    """Two daphne processes on one fresh database (and Redis in the Redis mode)."""
+    mode = request.param
+    if mode == "redis" and not REDIS_URL:
+        pytest.skip("set CHATRAG_TEST_REDIS_URL to a Redis server to run the Redis mode")
+    tmp = tmp_path_factory.mktemp(f"live-{mode}")
+    name = f"test_live_{os.getpid()}_{mode}"
+    admin = _admin_conninfo()
+    url = database_url({**admin, "NAME": name})
+    admin_url = database_url({**admin, "NAME": "postgres"})
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    model = FakeModelServer(FakeModelConfig(latency=0.05, gap=0.05, pieces=40)).start()
+    webs: list[Any] = []
+    try:
+        env = {
+            **os.environ,
+            "DATABASE_URL": url,
+            "CHATRAG_DEBUG": "1",
+            "CHATRAG_ENV_FILE": str(tmp / "no-env-file"),
+            "CHATRAG_VAR_DIR": str(tmp / "var"),
+            "CHATRAG_EMBEDDER": "retrieval.embeddings.HashingEmbedder",
+            "CHATRAG_LLM_BACKEND": "retrieval.pipeline.llm.OllamaChat",
+            "CHATRAG_LLM_URL": model.url,
+            "CHATRAG_LLM_MODEL": "fake",
+            "CHATRAG_RATE_LIMIT_PER_MINUTE": str(LIMIT),
+            # The shared Redis keeps this run's counts apart from any other's.
+            "CHATRAG_CACHE_KEY_PREFIX": f"test-{uuid.uuid4().hex[:8]}",
+            "PYTHONUNBUFFERED": "1",
+        }
+        env.pop("REDIS_URL", None)
+        if mode == "redis":
+            env["REDIS_URL"] = REDIS_URL
+        manage(env, "migrate", "--noinput")
+        manage(env, "ingest", *[str(DEMO_KB / f"{d}.md") for d in DOCUMENTS], "--quiet")
+        manage(env, "seed_demo", "--no-ingest")
+        ports = [devserver.free_port(), devserver.free_port()]
+        for i, port in enumerate(ports):
+            webs.append(devserver.start_web(env, port, tmp / f"daphne-{i}.log"))
+        urls = tuple(f"http://127.0.0.1:{port}" for port in ports)
+        for web, base in zip(webs, urls, strict=True):
+            devserver.wait_healthy(base, web)
+        yield Servers(urls=(urls[0], urls[1]), webs=(webs[0], webs[1]), model=model, conninfo=url)
+    finally:
+        for i, web in enumerate(webs):
+            if web.poll() is None:
+                os.kill(web.pid, signal.SIGCONT)  # in case a test left it frozen
+            devserver.stop_process(web)
+            print((tmp / f"daphne-{i}.log").read_text(errors="replace")[-3000:])
+        model.stop()
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+async def _login(url: str, username: str, password: str) -> str:
+    """Sign in through the login form, as a browser does; return the session cookie."""
+    async with httpx.AsyncClient(base_url=url, timeout=WAIT_S) as client:
+        page = await client.get("/login/")
+        match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+        assert match, page.text[:500]
+        response = await client.post(
+            "/login/",
+            data={"username": username, "password": password, "csrfmiddlewaretoken": match[1]},
+        )
+        assert response.status_code == 302, response.text[:500]
+        return str(client.cookies["sessionid"])
+
+
+def _socket(url: str, cookie: str) -> Any:
+    headers = {"Cookie": f"sessionid={cookie}", "Origin": url}
+    return connect(url.replace("http://", "ws://") + "/ws/chat/", additional_headers=headers)
+
+
+async def _until(socket: ClientConnection, *types: str) -> list[dict[str, Any]]:
+    """Frames up to and including the first one of `types`."""
+    frames: list[dict[str, Any]] = []
+    while True:
+        frame = json.loads(await asyncio.wait_for(socket.recv(), WAIT_S))
+        frames.append(frame)
+        if frame["type"] in types:
+            return frames
+
+
+async def _pong(socket: ClientConnection) -> list[dict[str, Any]]:
+    """Everything the server sent before answering a ping (frames are answered in order)."""
+    await socket.send(json.dumps({"type": "ping"}))
+    return (await _until(socket, "pong"))[:-1]
+
+
+async def _writing(socket: ClientConnection, text: str) -> tuple[int, int, int]:
+    """Ask on `socket` and wait until the answer is being written: (conversation, q, a)."""
+    await socket.send(json.dumps({"type": "message", "conversation": None, "text": text}))
+    frames = await _until(socket, "delta")
+    accepted = next(f for f in frames if f["type"] == "accepted")
+    sources = next(f for f in frames if f["type"] == "sources")
+    return accepted["conversation"], accepted["message_id"], sources["message_id"]
+
+
+async def test_a_stop_on_one_server_stops_the_turn_running_on_the_other(servers: Servers) -> None:
+    first, second = servers.urls
+    cookie = await _login(first, "ana", "ana-demo-2026")
+    servers.model.hold()
+    try:
+        async with _socket(first, cookie) as asking, _socket(second, cookie) as other:
+            conversation, question, answer = await _writing(asking, "quantos dias de férias?")
+            # The other tab, on the other server, follows the conversation and presses stop.
+            await other.send(json.dumps({"type": "open", "conversation": conversation}))
+            snapshot = (await _until(other, "snapshot"))[-1]
+            assert snapshot["message_id"] == answer
+            await other.send(json.dumps({"type": "stop", "message_id": question}))
+
+            # The model is still holding the stream: only the stop can end the turn.
+            done = (await _until(asking, "done"))[-1]
+            assert (done["message_id"], done["status"]) == (answer, "stopped")
+            relayed = (await _until(other, "done"))[-1]
+            assert relayed["status"] == "stopped"
+            # The stop was confirmed: the other tab is not told it failed.
+            await asyncio.sleep(3.5)  # past the consumer's STOP_ACK_S
+            assert not [f for f in await _pong(other) if f["type"] == "error"]
+    finally:
+        servers.model.release()
+    rows = servers.query("SELECT status FROM conversations_message WHERE id = %s", [answer])
+    assert rows == [("stopped",)]
+
+
+async def test_the_rate_limit_is_counted_once_across_both_servers(servers: Servers) -> None:
+    first, second = servers.urls
+    cookie = await _login(first, "rita", "rita-demo-2026")
+    async with _socket(first, cookie) as on_first, _socket(second, cookie) as on_second:
+        sockets = [on_first, on_second, on_first]  # LIMIT messages, split over both servers
+        for i, socket in enumerate(sockets):
+            await socket.send(
+                json.dumps({"type": "message", "conversation": None, "text": f"férias {i}?"})
+            )
+            accepted = await _until(socket, "accepted", "error")
+            assert accepted[-1]["type"] == "accepted", accepted[-1]
+        # A fourth on the server that has seen only one: one allowance, not one per server.
+        await on_second.send(json.dumps({"type": "message", "conversation": None, "text": "e?"}))
+        refused = (await _until(on_second, "accepted", "error"))[-1]
+        assert (refused["type"], refused["code"]) == ("error", "rate_limited")
+        for socket in (on_first, on_second):  # let the turns finish before the sockets go
+            await _until(socket, "done", "clarify", "error")
+    count = servers.query(
+        "SELECT count(*) FROM conversations_message m "
+        "JOIN conversations_conversation c ON c.id = m.conversation_id "
+        "JOIN auth_user u ON u.id = c.owner_id WHERE u.username = 'rita' AND m.role = 'user'",
+        [],
+    )
+    assert count == [(LIMIT,)]
+
+
+async def test_a_stop_that_cannot_reach_the_turn_is_told_to_the_user(servers: Servers) -> None:
+    """The server running the turn does not answer (frozen): the other tells its user."""
+    first, second = servers.urls
+    cookie = await _login(second, "admin", "admin-demo-2026")
+    servers.model.hold()
+    frozen = servers.webs[0]
+    try:
+        async with _socket(first, cookie) as asking, _socket(second, cookie) as other:
+            _conversation, question, _answer = await _writing(asking, "e o vale-refeição?")
+            os.kill(frozen.pid, signal.SIGSTOP)
+            try:
+                await other.send(json.dumps({"type": "stop", "message_id": question}))
+                error = (await _until(other, "error"))[-1]
+                assert error["code"] == "stop_failed"
+                assert "could not be stopped" in error["message"]
+                assert "reply_to" not in error  # a notice: the turn itself is left as it is
+            finally:
+                os.kill(frozen.pid, signal.SIGCONT)
+            servers.model.release()
+            # Once it answers again, the server gets the stop that was waiting for it.
+            done = (await _until(asking, "done"))[-1]
+            assert done["status"] in {"stopped", "complete"}
+    finally:
+        servers.model.release()
