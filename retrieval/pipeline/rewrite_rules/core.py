@@ -517,8 +517,14 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
     for wrong, right in result.corrections.items():
         result.notes.append(f"spelling: '{wrong}' -> '{right}'")
     users = [make_turn(m.text, ctx.stopwords) for m in inp.history if m.role == "user"]
-    if inp.earlier_messages and refers_to_start(make_turn(text, ctx.stopwords).tokens):
-        # The first topic lies before the window: asking beats guessing from what is left.
+    to_start = refers_to_start(make_turn(text, ctx.stopwords).tokens)
+    if to_start and not inp.earlier_messages:
+        # "voltando ao primeiro assunto": the first question names the topic, not the last.
+        users = users[:1]
+    elif to_start:
+        # The first topic lies before the window: asking beats guessing from what is left,
+        # and the window's latest topic is the one the user just left.
+        users = []
         result.needs_clarification = True
         result.clarify_reason = "out_of_sight"
         result.clarification = Clarification(

@@ -54,10 +54,12 @@ class Stats:
         n = self.lexicon.n_chunks
         if n < 2:
             return None
-        df = self._df(word)
+        df = self.lexicon.df.get(word)
         if df is None:
+            # A compound's known parts before any spelling guess for the whole: the
+            # lexicon's nearest word to "auxilio-creche" is "auxilio", far more common.
             known = [d for d in map(self._df, word_parts(word)) if d]
-            df = min(known) if known else None
+            df = min(known) if known else self._df(word)
         if not df:
             return None
         return max(0.0, math.log(n / min(df, n)) / math.log(n))

@@ -440,3 +440,16 @@ def test_a_chain_of_facet_questions_goes_back_to_the_turn_that_named_the_topic()
     )
     result = rewrite("e a aprovação?", *history)
     assert {"reembolso", "despesas", "aprovacao"} <= words(texts(result)[0])
+
+
+def test_a_compound_weighs_as_its_rarest_part_before_any_spelling_guess() -> None:
+    from retrieval.pipeline.rewrite_rules.lexicon import Stats
+
+    # The vocabulary counts "auxilio" and "creche" apart, and its nearest word to the
+    # unknown whole is the far more common "auxilio".
+    view = LexiconView(
+        df={"auxilio": 40, "creche": 3}, n_chunks=100, corrections={"auxilio-creche": "auxilio"}
+    )
+    stats = Stats(view)
+    assert stats.nidf("auxilio-creche") == stats.nidf("creche")
+    assert stats.nidf("auxilo") is None  # a plain unknown word still has no weight

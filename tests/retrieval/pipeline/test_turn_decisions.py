@@ -218,9 +218,19 @@ def test_a_reference_to_the_start_beyond_the_window_asks_back() -> None:
     result = rewrite_with_rules(inp, LEXICON)
     assert result.needs_clarification and result.clarification is not None
     assert "começo da conversa" in result.clarification.question
-    # Inside the window, the same words are searched as usual.
-    inside = rewrite_with_rules(RewriteInput(inp.question, inp.history, language="pt"), LEXICON)
+    # The topic the user says they leave is not carried into what is searched.
+    assert not any("senha" in words(q.text) for q in result.queries)
+    # Inside the window, the first question's topic is carried, not the latest one's.
+    history = (
+        HistoryMessage("user", "como funciona o reembolso de despesas de viagem?"),
+        HistoryMessage("assistant", "Pelo portal, em até 30 dias."),
+        HistoryMessage("user", "minha senha bloqueou"),
+        HistoryMessage("assistant", "Ok."),
+    )
+    inside = rewrite_with_rules(RewriteInput(inp.question, history, language="pt"), LEXICON)
     assert not inside.needs_clarification
+    searched = set().union(*(words(q.text) for q in inside.queries))
+    assert "reembolso" in searched and "senha" not in searched
 
 
 def test_siblings_in_another_language_are_not_a_competing_reading() -> None:
