@@ -36,6 +36,7 @@ from retrieval.pipeline.answer import (
     context_passages,
     extractive_answer,
     label,
+    query_rankings,
 )
 from retrieval.pipeline.fusion import MergedHit
 from retrieval.pipeline.llm import ChatModel, LLMError
@@ -516,6 +517,7 @@ async def _answer(
         passages=context_passages(outcome.passages, outcome.merged),
         language=language,
         rewrite=outcome.rewrite,
+        rankings=query_rankings(outcome.queries, outcome.merged),
     )
     text = outcome.masker.unmask(text)
     # Stream it in small pieces so the page behaves the same with or without a model.

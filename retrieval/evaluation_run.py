@@ -34,6 +34,7 @@ from retrieval.pipeline.answer import (
     context_passages,
     extractive_answer,
     passages_from_hits,
+    query_rankings,
 )
 from retrieval.pipeline.fusion import ranked_documents
 from retrieval.pipeline.llm import ChatModel, LLMError
@@ -169,6 +170,7 @@ async def turn_answer(
         rewrite=outcome.rewrite,
         df=view.df if view else None,
         n_chunks=view.n_chunks if view else 0,
+        rankings=query_rankings(outcome.queries, outcome.merged),
     )
     return clean_citations(outcome.masker.unmask(text), len(passages))[0], True
 

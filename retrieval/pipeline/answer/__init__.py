@@ -17,6 +17,7 @@ from .grounded import (
     context_passages,
     label,
     passages_from_hits,
+    query_rankings,
 )
 
 __all__ = [
@@ -30,4 +31,5 @@ __all__ = [
     "extractive_answer",
     "label",
     "passages_from_hits",
+    "query_rankings",
 ]

@@ -5,13 +5,15 @@ every line is a sentence, list item, table row or numbered step of a passage, ci
 How a line is chosen:
 - words weighted by rarity (the corpus's document frequencies when the caller passes them,
   else the passages' own), from the question, the rewritten queries and glossary expansions;
+  words meet through the turn language's Snowball stem ("agendo" finds "agendamento");
 - the kind of answer asked for ("quanto tempo / prazo" wants a duration or date, "quanto /
   valor" an amount, "posso / tenho direito" the deciding condition, "como / onde" the steps
   and the place) lifts the lines that have one;
 - lines far below the best one are dropped; the answer comes from the best passage's
   document, and another document only adds lines when it answers words of the question that
   the first document does not have (two topics in one message), so a sibling's rules are
-  never mixed in;
+  never mixed in; each part of a message the rewrite split answers from the document its
+  own query ranked first;
 - the steps of a numbered procedure stay together with their numbers; the most direct line
   comes first.
 """
@@ -22,10 +24,13 @@ import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Literal
 
-from ..text import content_terms, detect_language, normalize, stopwords_for, token_spans
+import snowballstemmer
+
+from ..text import detect_language, is_content_word, normalize, stopwords_for, token_spans
 from ..types import RewriteResult
 from .grounded import Passage, label
 
@@ -198,8 +203,24 @@ _CUE_PHRASES: tuple[tuple[AnswerKind, tuple[str, ...]], ...] = (
         ),
     ),
 )
+# "como" asks how only where a clause starts ("como peço", "e como incluo"); inside one it
+# compares ("conta como extra", "tanto como").
+_CLAUSE_ONLY = frozenset({"como"})
+_CLAUSE_START = r"(?:^|[,;:!?.]\s*|\b(?:e|y|mas|pero|and|sabe|sabes|sabem)\s+)"
 _KIND_CUES: tuple[tuple[AnswerKind, re.Pattern[str]], ...] = tuple(
-    (kind, re.compile(r"\b(?:" + "|".join(map(re.escape, phrases)) + r")\b"))
+    (
+        kind,
+        re.compile(
+            "|".join(
+                [
+                    r"\b(?:"
+                    + "|".join(re.escape(p) for p in phrases if p not in _CLAUSE_ONLY)
+                    + r")\b"
+                ]
+                + [_CLAUSE_START + re.escape(p) + r"\b" for p in phrases if p in _CLAUSE_ONLY]
+            )
+        ),
+    )
     for kind, phrases in _CUE_PHRASES
 )
 # The units in "quantos dias" name what is counted, a topic word ("banco de horas").
@@ -326,22 +347,32 @@ def answer_kind(question: str) -> AnswerKind | None:
     return None
 
 
-def _stem(norm: str) -> str:
-    """A crude stem shared by pt, es and en: plural endings off, then six letters."""
-    if norm.isdigit() or len(norm) <= 3:
-        return norm
-    for suffix in ("oes", "aes", "es", "s"):
-        if norm.endswith(suffix) and len(norm) - len(suffix) >= 4:
-            norm = norm[: -len(suffix)]
-            break
-    return norm[:6]
+_STEMMERS = {"pt": "portuguese", "es": "spanish", "en": "english"}
 
 
-_CUE_STEMS = frozenset(_stem(w) for w in _CUE_WORDS)
+@lru_cache(maxsize=4)
+def _stemmer(language: str) -> snowballstemmer.BaseStemmer:
+    return snowballstemmer.stemmer(_STEMMERS.get(language, "portuguese"))
 
 
-def _stems(text: str) -> frozenset[str]:
-    return frozenset(_stem(t.norm) for t in token_spans(text))
+@lru_cache(maxsize=65536)
+def _stem(word: str, language: str) -> str:
+    """The language's Snowball stem ("agendo", "agendamento" -> "agend"), accents off, then
+    at most six letters, so that a word typed without its accents ("solicitacao") still
+    meets the document's ("solicitação")."""
+    word = word.casefold()
+    if word.isdigit() or len(word) <= 3:
+        return normalize(word)
+    return normalize(str(_stemmer(language).stemWord(word)))[:6]
+
+
+@lru_cache(maxsize=4)
+def _cue_stems(language: str) -> frozenset[str]:
+    return frozenset(_stem(w, language) for w in _CUE_WORDS)
+
+
+def _stems(text: str, language: str) -> frozenset[str]:
+    return frozenset(_stem(t.text, language) for t in token_spans(text))
 
 
 def _plain(text: str) -> str:
@@ -349,7 +380,7 @@ def _plain(text: str) -> str:
     return " ".join(text.split())
 
 
-def _lines(passage: Passage, rank: int) -> list[_Line]:
+def _lines(passage: Passage, rank: int, language: str) -> list[_Line]:
     """Split a passage into sentences, list items, table rows and numbered steps."""
     out: list[_Line] = []
     header: list[str] = []
@@ -365,7 +396,11 @@ def _lines(passage: Passage, rank: int) -> list[_Line]:
         if len(text) < 12 and step is None and not item:
             return
         of = lead if item else -1
-        out.append(_Line(passage, rank, order, text, _stems(text), step, block if step else -1, of))
+        out.append(
+            _Line(
+                passage, rank, order, text, _stems(text, language), step, block if step else -1, of
+            )
+        )
         if not item:
             lead = order if text.endswith(":") and step is None else -1
         order += 1
@@ -411,28 +446,31 @@ def _question_terms(
 ) -> dict[str, float]:
     """Stems to look for, with their weight: the question's own count most."""
     terms: dict[str, float] = {}
-    for term in content_terms(question, language):
-        terms[_stem(term)] = 1.0
+    stop = stopwords_for(language)
+    for token in token_spans(question):
+        if is_content_word(token.norm, stop):
+            terms[_stem(token.text, language)] = 1.0
     extra = list(queries)
     if rewrite is not None:
         extra += [h.expansion for h in rewrite.glossary_hits]
         extra += list(rewrite.corrections.values())
-    stop = stopwords_for(language)
     for text in extra:
         for token in token_spans(text):
             if token.norm in stop or len(token.norm) < 2:
                 continue
-            stem = _stem(token.norm)
+            stem = _stem(token.text, language)
             terms.setdefault(stem, QUERY_WEIGHT)
     return terms
 
 
-def _idf(lines: Sequence[_Line], df: Mapping[str, int] | None, n_chunks: int) -> dict[str, float]:
+def _idf(
+    lines: Sequence[_Line], df: Mapping[str, int] | None, n_chunks: int, language: str
+) -> dict[str, float]:
     """Rarity of each stem: from the corpus when given, else over the passages' lines."""
     if df is not None and n_chunks > 0:
         by_stem: Counter[str] = Counter()
         for word, count in df.items():
-            stem = _stem(word)
+            stem = _stem(word, language)
             by_stem[stem] = max(by_stem[stem], count)
         return {s: math.log((n_chunks + 1) / (c + 0.5)) for s, c in by_stem.items() if c} | {
             "__default__": math.log(n_chunks + 1)
@@ -520,11 +558,14 @@ def extractive_answer(
     rewrite: RewriteResult | None = None,
     df: Mapping[str, int] | None = None,
     n_chunks: int = 0,
+    rankings: Mapping[str, Sequence[str]] | None = None,
 ) -> str:
     """Answer with the passages' own lines that answer the question (see the module doc).
 
     `df`/`n_chunks` are the collection's document frequencies (a `LexiconView`'s); without
-    them rarity is measured over the passages themselves.
+    them rarity is measured over the passages themselves. `rankings` holds, per searched
+    query's text, the documents in that query's own order (`query_rankings`): each part of
+    a split message trusts its own search, not the fused one.
     """
     if not passages:
         return label("nothing", language)
@@ -532,21 +573,35 @@ def extractive_answer(
     order: dict[str, int] = {}
     for p in passages:
         order.setdefault(_document(p), len(order))
-    lines = [line for p in passages for line in _lines(p, order[_document(p)])]
+    lines = [line for p in passages for line in _lines(p, order[_document(p)], language)]
     if not lines:
         first = passages[0]
         return f"{_FOUND[language]}\n\n{_plain(first.text)[:400]} [{first.number}]"
-    idf = _idf(lines, df, n_chunks)
-    context = {id(p): _stems(p.heading) | _stems(p.title) for p in passages}
+    idf = _idf(lines, df, n_chunks, language)
+    context = {id(p): _stems(p.heading, language) | _stems(p.title, language) for p in passages}
     parts = _sub_questions(question, rewrite)
     if len(parts) >= 2:
         # Two questions in one message: each answered from its own document.
         chosen: list[tuple[float, _Line]] = []
         for part in parts:
             terms = _question_terms(part, [], None, language)
-            found = _choose(lines, passages, terms, idf, answer_kind(part), context, limit=2)
-            have = {id(line) for _, line in chosen}
-            chosen += [item for item in found if id(item[1]) not in have]
+            own = _part_order(order, (rankings or {}).get(part, ()))
+            part_lines = lines if own == order else _reranked(lines, own)
+            lead = min(own, key=lambda d: own[d])
+            found = _choose(
+                part_lines,
+                passages,
+                terms,
+                idf,
+                answer_kind(part),
+                context,
+                limit=2,
+                lead=lead,
+                language=language,
+            )
+            # Two chunks of one document may repeat a line: it is said once.
+            have = {normalize(line.text) for _, line in chosen}
+            chosen += [item for item in found if normalize(item[1].text) not in have]
         return _render(
             question,
             language,
@@ -556,7 +611,23 @@ def extractive_answer(
         )
     kind = answer_kind(question)
     terms = _question_terms(question, queries, rewrite, language)
-    return _render(question, language, kind, _choose(lines, passages, terms, idf, kind, context))
+    return _render(
+        question,
+        language,
+        kind,
+        _choose(lines, passages, terms, idf, kind, context, language=language),
+    )
+
+
+def _part_order(order: Mapping[str, int], ranking: Sequence[str]) -> dict[str, int]:
+    """The shown documents in one part's own search order; those it did not find follow."""
+    own = [d for d in ranking if d in order]
+    rest = sorted((d for d in order if d not in own), key=lambda d: order[d])
+    return {d: i for i, d in enumerate(own + rest)}
+
+
+def _reranked(lines: Sequence[_Line], order: Mapping[str, int]) -> list[_Line]:
+    return [replace(line, rank=order[_document(line.passage)]) for line in lines]
 
 
 def _sub_questions(question: str, rewrite: RewriteResult | None) -> list[str]:
@@ -613,8 +684,13 @@ def _choose(
     kind: AnswerKind | None,
     context: Mapping[int, frozenset[str]],
     limit: int = MAX_LINES,
+    lead: str | None = None,
+    language: str = "pt",
 ) -> list[tuple[float, _Line]]:
-    """The lines that answer one question: its document's best, another topic's if asked."""
+    """The lines that answer one question: its document's best, another topic's if asked.
+
+    `lead` is the document the question's own search ranked first (default: the top
+    passage's)."""
     scored = [(_score(line, terms, idf, kind, context[id(line.passage)]), line) for line in lines]
     scored = [(s, line) for s, line in scored if s > 0]
     if not scored:
@@ -625,7 +701,7 @@ def _choose(
     for item in scored:
         by_document.setdefault(_document(item[1].passage), []).append(item)
     # The primary document: the top passage's, unless another clearly answers better.
-    primary = _document(passages[0])
+    primary = lead or _document(passages[0])
     best_of = {d: max(s for s, _ in items) for d, items in by_document.items()}
     fit = _document_fit(by_document)
     challenger = max(fit, key=lambda d: fit[d])
@@ -637,7 +713,7 @@ def _choose(
         *(context[id(p)] for p in passages if _document(p) == primary),
     )
     # Words that say what kind of answer is wanted ("pedir", "quanto") name no topic.
-    missing = {t for t, w in terms.items() if w >= 1.0} - primary_text - _CUE_STEMS
+    missing = {t for t, w in terms.items() if w >= 1.0} - primary_text - _cue_stems(language)
     for document, items in sorted(by_document.items(), key=lambda kv: -best_of[kv[0]]):
         if document == primary or not missing or len(chosen) >= limit:
             continue

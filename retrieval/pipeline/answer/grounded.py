@@ -15,7 +15,7 @@ from pathlib import Path
 from ..fusion import MergedHit
 from ..llm import ChatMessage
 from ..text import defang_prompt_markup, detect_language
-from ..types import HistoryMessage
+from ..types import HistoryMessage, SearchQuery
 
 PROMPT_DIR = Path(__file__).resolve().parent.parent / "prompts"
 _CITATION = re.compile(r"\[(\d{1,3})\]")
@@ -91,6 +91,28 @@ def context_passages(
                 card_number, hit.title, hit.heading, hit.text, str(hit.document_id), hit.position
             )
         )
+    return out
+
+
+def query_rankings(
+    queries: Sequence[SearchQuery], merged: Sequence[MergedHit]
+) -> dict[str, list[str]]:
+    """Per searched query's text, the documents in that query's own order (best first).
+
+    The fused list mixes every query; a split message's part is best answered by the
+    documents its own query found first.
+    """
+    found: dict[int, list[tuple[int, str]]] = {}
+    for item in merged:
+        for match in item.matches:
+            found.setdefault(match.query, []).append((match.rank, str(item.hit.document_id)))
+    out: dict[str, list[str]] = {}
+    for index, query in enumerate(queries):
+        documents: list[str] = []
+        for _, document in sorted(found.get(index, [])):
+            if document not in documents:
+                documents.append(document)
+        out.setdefault(query.text, documents)
     return out
 
 

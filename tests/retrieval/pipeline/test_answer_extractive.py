@@ -326,3 +326,78 @@ def test_a_list_item_chosen_without_its_introduction_is_an_ordinary_line() -> No
     )
     text = _answer("quanto é o desconto de quem estaciona de bicicleta no prédio?", passage)
     assert "\n  - " not in text or "O desconto é o menor destes valores:" in text
+
+
+def test_inflected_words_meet_through_the_languages_stemmer() -> None:
+    schedule = Passage(
+        1,
+        "Férias",
+        "Regras",
+        "As férias podem ser pedidas pelo portal em até três períodos. "
+        "O agendamento é feito no portal com antecedência mínima de 45 dias.",
+        document="ferias",
+    )
+    text = _answer("como agendo minhas férias?", schedule)
+    assert text.split("\n\n", 1)[1].lstrip("- ").startswith("O agendamento é feito")
+
+
+def test_stems_join_inflections_in_each_language_and_ignore_missing_accents() -> None:
+    from retrieval.pipeline.answer.extractive import _stem
+
+    assert _stem("agendo", "pt") == _stem("agendamento", "pt")
+    assert _stem("solicitacao", "pt") == _stem("solicitação", "pt")
+    assert _stem("pagan", "es") == _stem("pago", "es")
+    assert _stem("cancelled", "en") == _stem("cancel", "en")
+    assert _stem("R$", "pt") == "r$"
+
+
+def test_each_part_of_a_split_message_answers_from_its_own_searchs_best_document() -> None:
+    day_off = Passage(
+        1,
+        "Folgas remuneradas",
+        "Casamento",
+        "Por casamento, o colaborador tem três dias consecutivos de folga.",
+        document="folgas",
+    )
+    dental = Passage(
+        2,
+        "Plano odontológico",
+        "Dependentes",
+        "O cônjuge é incluído no convênio odontológico pelo portal a qualquer momento.",
+        document="odonto",
+    )
+    health = Passage(
+        3,
+        "Plano de saúde",
+        "Dependentes",
+        "O cônjuge é incluído no convênio pelo portal em até 30 dias do casamento.",
+        document="saude",
+    )
+    parts = ("quantos dias de folga por casamento", "como incluo meu marido no convênio")
+    question = "quantos dias de folga por casamento? e como incluo meu marido no convênio?"
+    # The fused list put the dental plan first; the second part's own search did not.
+    rankings = {parts[0]: ["folgas"], parts[1]: ["saude", "odonto"]}
+    text = _answer(
+        question, day_off, dental, health, rewrite=_two_topics(*parts), rankings=rankings
+    )
+    assert "três dias consecutivos" in text
+    assert "em até 30 dias do casamento" in text
+    assert "a qualquer momento" not in text
+
+
+def test_a_line_two_chunks_repeat_is_said_once() -> None:
+    first = Passage(1, "Férias", "", "É possível dividir as férias em até três períodos.", "f")
+    second = Passage(1, "Férias", "", "É possível dividir as férias em até três períodos.", "f")
+    text = _answer(
+        "posso dividir as férias? qual o mínimo de cada período?",
+        first,
+        second,
+        rewrite=_two_topics("posso dividir as férias", "qual o mínimo de cada período"),
+    )
+    assert text.count("até três períodos") == 1
+
+
+def test_como_inside_a_clause_does_not_ask_for_steps() -> None:
+    assert answer_kind("e como incluo meu marido no convênio?") == "steps"
+    assert answer_kind("vou viajar, como peço a diária?") == "steps"
+    assert answer_kind("hora de voo conta como extra?") is None
