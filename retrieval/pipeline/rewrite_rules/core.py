@@ -26,7 +26,7 @@ from retrieval.pipeline.rewrite_rules.lexicon import (
     correct_spelling,
     word_parts,
 )
-from retrieval.pipeline.rewrite_rules.slots import place_variants, slot_of
+from retrieval.pipeline.rewrite_rules.slots import place_variants, slot_of, slot_spans
 from retrieval.pipeline.rewrite_rules.smalltalk import small_talk_kind
 from retrieval.pipeline.rewrite_rules.split import split_questions
 from retrieval.pipeline.text import (
@@ -279,7 +279,15 @@ def clean_query(
     """
     pieces: list[str] = []
     cursor = 0
-    for token in token_spans(text):
+    tokens = token_spans(text)
+    # "Buenos Aires", "São Paulo": a place of several words is no one's name.
+    places = {
+        i
+        for first, last, slot in slot_spans(tokens)
+        if slot == "place"
+        for i in range(first, last + 1)
+    }
+    for index, token in enumerate(tokens):
         surface = token.text
         before = text[: token.start].rstrip()
         sentence_start = not before or before[-1] in ".?!:;¿¡"
@@ -292,6 +300,7 @@ def clean_query(
             and token.norm not in protected
             and stats.nidf(token.norm) is None
             and slot_of(token.norm) is None
+            and index not in places
         )
         drop = is_placeholder(surface) or bool(_NUMBER_VALUE_RE.match(surface)) or name
         if drop:

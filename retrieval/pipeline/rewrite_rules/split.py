@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from retrieval.pipeline.rewrite_rules.cues import CONJUNCTIONS, starts_clause
-from retrieval.pipeline.text import token_spans
+from retrieval.pipeline.text import Token, token_spans
 
 # A question ends at "?" (Spanish "¿" opens the next) or ";" or a line break.
 _SENTENCE_END_RE = re.compile(r"(?<=[?;])\s*|\n+")
 _COMMA_RE = re.compile(r",\s*")
+# "e com quanta antecedência ...", "y en cuánto tiempo ...", "and for how long ...": a
+# preposition before a question word of quantity opens a question too (a cut only here: for
+# the follow-up rules "e para quem é PJ?" stays a restriction).
+_PREPOSITIONS = frozenset(
+    "com em de para pra por ate desde con en hasta in with for by within".split()
+)
+_QUANTITIES = frozenset("quanto quanta quantos quantas cuanto cuanta cuantos cuantas how".split())
+
+
+def _opens_question(tokens: Sequence[Token], lang: str | None) -> bool:
+    if starts_clause(tokens[:2], lang):
+        return True
+    words = [t.norm for t in tokens[:3]]
+    return len(words) >= 2 and words[0] in _PREPOSITIONS and words[1] in _QUANTITIES
 
 
 def _has_question_form(text: str, lang: str | None) -> bool:
@@ -28,7 +42,7 @@ def _split_on_conjunctions(text: str, lang: str | None) -> list[str]:
     cuts: list[tuple[int, int]] = []  # (end of the left part, start of the right part)
     for i, token in enumerate(tokens[1:], 1):
         # The surface form: Portuguese "é" (is) normalises to "e" (and).
-        if token.text.casefold() in CONJUNCTIONS and starts_clause(tokens[i + 1 : i + 3], lang):
+        if token.text.casefold() in CONJUNCTIONS and _opens_question(tokens[i + 1 : i + 4], lang):
             cuts.append((token.start, tokens[i + 1].start))
     for match in _COMMA_RE.finditer(text):
         right = [t for t in tokens if t.start >= match.end()]

@@ -453,3 +453,18 @@ def test_a_compound_weighs_as_its_rarest_part_before_any_spelling_guess() -> Non
     stats = Stats(view)
     assert stats.nidf("auxilio-creche") == stats.nidf("creche")
     assert stats.nidf("auxilo") is None  # a plain unknown word still has no weight
+
+
+def test_a_question_of_quantity_after_a_preposition_is_a_second_question() -> None:
+    portuguese = rewrite("quanto é a diária e com quanta antecedência peço a viagem?")
+    assert [q.type for q in portuguese.queries][:2] == ["decompose", "decompose"]
+    spanish = rewrite("¿cuánto es el anticipo y en cuánto tiempo lo pagan?", language="es")
+    first, second = texts(spanish)[:2]
+    assert first == "cuánto es el anticipo" and {"anticipo", "tiempo", "pagan"} <= words(second)
+    # A restriction keeps being one: "e para quem é PJ?" is no question of its own.
+    assert not any(q.type == "decompose" for q in rewrite("qual o prazo e para quem é PJ?").queries)
+
+
+def test_a_place_of_several_words_is_kept_as_no_ones_name() -> None:
+    result = rewrite("vou pra Buenos Aires a trabalho, quanto é a diária?")
+    assert all("Buenos Aires" in q.text for q in result.queries)
