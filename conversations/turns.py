@@ -53,6 +53,7 @@ from retrieval.services import (
     chat_model,
     collection_language,
     default_collection,
+    default_language,
     glossary_for,
     known_names_for,
     query_embedder_for,
@@ -94,7 +95,7 @@ class TurnContext:
     known_names: list[str]
     embedder: Embedder | None
     # The collection's language: the answer's when a question is too short to tell.
-    default_language: str = "pt"
+    default_language: str
 
 
 def turn_context(message_id: int) -> TurnContext:
@@ -405,7 +406,11 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
             {
                 "type": "error",
                 "reply_to": message_id,
-                "message": _failure_text(answer_language(ctx.question) if ctx else "pt"),
+                "message": _failure_text(
+                    answer_language(ctx.question, ctx.default_language)
+                    if ctx
+                    else default_language()
+                ),
                 "detail": exc.__class__.__name__,
             }
         )
