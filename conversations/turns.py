@@ -39,6 +39,7 @@ from retrieval.pipeline.answer import (
 )
 from retrieval.pipeline.fusion import MergedHit
 from retrieval.pipeline.llm import ChatModel, LLMError
+from retrieval.pipeline.masking import split_unfinished_placeholder
 from retrieval.pipeline.retrieve import (
     RetrievalOutcome,
     RetrievalSettings,
@@ -568,14 +569,6 @@ async def _until_stopped(pieces: AsyncIterator[str], stop: asyncio.Event) -> Asy
             following.cancel()  # closes the model's HTTP response
             with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, LLMError):
                 await following
-
-
-def split_unfinished_placeholder(text: str) -> tuple[str, str]:
-    """Hold back a trailing "[" run that may be the start of a placeholder like [EMAIL_1]."""
-    start = text.rfind("[")
-    if start == -1 or "]" in text[start:] or len(text) - start > 24:
-        return text, ""
-    return text[:start], text[start:]
 
 
 def _failure_text(language: str) -> str:
