@@ -35,10 +35,12 @@ test: $(VENV)/.installed $(MO) .env
 	$(PY) -m chatrag.devdb start
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# Ruff, mypy, and the architecture's contracts (import-linter, in pyproject.toml).
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff format .

@@ -40,6 +40,7 @@ from retrieval.pipeline.answer import (
 )
 from retrieval.pipeline.fusion import MergedHit
 from retrieval.pipeline.llm import ChatModel, LLMError
+from retrieval.pipeline.masking import split_unfinished_placeholder
 from retrieval.pipeline.retrieve import (
     RetrievalOutcome,
     RetrievalSettings,
@@ -54,6 +55,7 @@ from retrieval.services import (
     chat_model,
     collection_language,
     default_collection,
+    default_language,
     glossary_for,
     known_names_for,
     query_embedder_for,
@@ -95,7 +97,7 @@ class TurnContext:
     known_names: list[str]
     embedder: Embedder | None
     # The collection's language: the answer's when a question is too short to tell.
-    default_language: str = "pt"
+    default_language: str
 
 
 def turn_context(message_id: int) -> TurnContext:
@@ -406,7 +408,11 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
             {
                 "type": "error",
                 "reply_to": message_id,
-                "message": _failure_text(answer_language(ctx.question) if ctx else "pt"),
+                "message": _failure_text(
+                    answer_language(ctx.question, ctx.default_language)
+                    if ctx
+                    else default_language()
+                ),
                 "detail": exc.__class__.__name__,
             }
         )
@@ -565,14 +571,6 @@ async def _until_stopped(pieces: AsyncIterator[str], stop: asyncio.Event) -> Asy
             following.cancel()  # closes the model's HTTP response
             with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, LLMError):
                 await following
-
-
-def split_unfinished_placeholder(text: str) -> tuple[str, str]:
-    """Hold back a trailing "[" run that may be the start of a placeholder like [EMAIL_1]."""
-    start = text.rfind("[")
-    if start == -1 or "]" in text[start:] or len(text) - start > 24:
-        return text, ""
-    return text[:start], text[start:]
 
 
 def _failure_text(language: str) -> str:

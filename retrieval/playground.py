@@ -31,6 +31,7 @@ from retrieval.pipeline.types import HistoryMessage, RewriteResult, SearchQuery
 from retrieval.services import (
     VocabularyLexicon,
     chat_model,
+    collection_language,
     default_collection,
     glossary_for,
     known_names_for,
@@ -215,6 +216,7 @@ def playground_run(
         lexicon=VocabularyLexicon(engine, collection.id, scope=scope),
         model=chat_model(),
         known_names=list(known_names_for(reader)) if reader is not None else [],
+        default_language=collection_language(collection=collection),
     )
     outcomes = async_to_sync(_run_all)(question, list(history), context, configs, settings)
     return [
@@ -240,6 +242,8 @@ class _Context:
     lexicon: VocabularyLexicon
     model: ChatModel | None
     known_names: list[str]
+    # The collection's language: the answer's when a question is too short to tell.
+    default_language: str
 
 
 async def _run_all(
@@ -249,7 +253,7 @@ async def _run_all(
     configs: Sequence[PlaygroundConfig],
     settings: dict[PlaygroundConfig, RetrievalSettings],
 ) -> list[tuple[RetrievalOutcome, str, str]]:
-    language = answer_language(question)  # as the turn decides it
+    language = answer_language(question, ctx.default_language)  # as the turn decides it
     out = []
     for config in configs:
         outcome = await retrieve(

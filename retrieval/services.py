@@ -165,6 +165,11 @@ def query_embedder_for(*, collection: Collection) -> Embedder | None:
     return embedder
 
 
+def default_language() -> str:
+    """The language assumed when neither a text nor its collection tells (the setting)."""
+    return settings.CHATRAG_DEFAULT_LANGUAGE
+
+
 def collection_language(*, collection: Collection) -> str:
     """The language most of the collection's documents are in (else the configured default).
 
@@ -178,7 +183,7 @@ def collection_language(*, collection: Collection) -> str:
         .first()
     )
     language = str(row["language"]) if row else ""
-    return language if language in LANGUAGES else settings.CHATRAG_DEFAULT_LANGUAGE
+    return language if language in LANGUAGES else default_language()
 
 
 def default_collection() -> Collection:

@@ -1,40 +1,23 @@
-"""Celery tasks: thin wrappers that take ids and call one service."""
+"""Celery tasks of the retrieval app, as the worker finds them (`autodiscover_tasks`).
+
+Each task is a thin wrapper that takes ids and calls one service; it is declared beside the
+service that queues it (`retrieval.ingestion.jobs`, `retrieval.quality.runs`), so that queueing
+a task imports nothing back. This module imports them for the worker and sweeps stale jobs
+when a worker starts.
+"""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from celery import shared_task
 from celery.signals import worker_ready
 
-from retrieval.ingestion.jobs import (
-    ingestion_job_part_run,
-    ingestion_job_run,
-    ingestion_jobs_sweep_stale,
-)
+from retrieval.ingestion.jobs import ingest_job, ingest_job_part, ingestion_jobs_sweep_stale
+from retrieval.quality.runs import evaluate_run
 
+__all__ = ["evaluate_run", "ingest_job", "ingest_job_part"]
 logger = logging.getLogger(__name__)
-
-
-@shared_task(name="retrieval.ingest_job", acks_late=True)
-def ingest_job(job_id: str) -> None:
-    """Run an ingestion job (uploaded files or server paths), recording progress on the job."""
-    ingestion_job_run(job_id=job_id)
-
-
-@shared_task(name="retrieval.ingest_job_part", acks_late=True)
-def ingest_job_part(job_id: str, index: int, files: list[list[str]]) -> None:
-    """Run one part of a split ingestion job: these (file, root) pairs."""
-    ingestion_job_part_run(job_id=job_id, index=index, files=files)
-
-
-@shared_task(name="retrieval.evaluate_run", acks_late=True)
-def evaluate_run(run_id: int) -> None:
-    """Run an evaluation started from the admin, recording progress and the report."""
-    from retrieval.quality.runs import evaluation_run_execute
-
-    evaluation_run_execute(run_id=run_id)
 
 
 @worker_ready.connect

@@ -27,11 +27,12 @@ from django.utils.translation import gettext_lazy
 from chatrag.admin_utils import NoAddOrChangeMixin, ObjectContextAdmin, admin_page
 from conversations.admin.filters import FLAG_FILTERS, ReasonFilter, ReviewedFilter
 from conversations.models import AttentionTurn, Conversation, Feedback, StaffAccessLog, TurnTrace
-from conversations.review.flags import is_weak
+from conversations.review.flags import turn_flags
 from conversations.review.restricted import TurnRedactor, ranking_redacted
 from conversations.review.selectors import (
     attention_traces,
     glossary_candidates_for,
+    slow_threshold_ms,
     stored_ranking,
     traces_annotated,
 )
@@ -118,14 +119,18 @@ def _conversation_link(conversation_id: int, label: object = None) -> str:
 
 
 def _trace_flags(trace: TurnTrace) -> list[str]:
-    flags = [f for f in ("no_results", "clarified", "anomaly") if getattr(trace, f)]
-    if is_weak(search=trace.search or {}, clarified=trace.clarified, no_results=trace.no_results):
-        flags.append("weak")
-    if trace.errors:
-        flags.append("errors")
-    if getattr(trace, "thumbs_down", False):
-        flags.append("thumbs_down")
-    return flags
+    """A trace's flags, from the list's annotations (`traces_annotated`)."""
+    return turn_flags(
+        no_results=trace.no_results,
+        clarified=trace.clarified,
+        anomaly=trace.anomaly,
+        search=trace.search or {},
+        errors=bool(trace.errors),
+        total_ms=getattr(trace, "total_ms", None),
+        slow_ms=slow_threshold_ms(),
+        thumbs_down=getattr(trace, "thumbs_down", False),
+        thumbs_up=getattr(trace, "thumbs_up", False),
+    )
 
 
 # --- conversations --------------------------------------------------------------------------

@@ -35,6 +35,39 @@ def is_weak(*, search: Mapping[str, Any], clarified: bool, no_results: bool) -> 
     return not is_corroborated(search)
 
 
+def turn_flags(
+    *,
+    no_results: bool,
+    clarified: bool,
+    anomaly: bool,
+    search: Mapping[str, Any],
+    errors: bool,
+    total_ms: float | None,
+    slow_ms: float,
+    thumbs_down: bool,
+    thumbs_up: bool,
+) -> list[str]:
+    """The flags of one turn, in the order pages show them (`selectors.trace_flag_q` in SQL)."""
+    flags = []
+    if no_results:
+        flags.append("no_results")
+    if is_weak(search=search, clarified=clarified, no_results=no_results):
+        flags.append("weak")
+    if clarified:
+        flags.append("clarified")
+    if anomaly:
+        flags.append("anomaly")
+    if errors:
+        flags.append("errors")
+    if total_ms is not None and total_ms > slow_ms:
+        flags.append("slow")
+    if thumbs_down:
+        flags.append("thumbs_down")
+    if thumbs_up:
+        flags.append("thumbs_up")
+    return flags
+
+
 def total_ms(timings: Mapping[str, Any]) -> float | None:
     """Milliseconds from the message's arrival to the end of its answer, when known."""
     value = timings.get("to_done")

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.utils.translation import gettext_lazy as _
 
 from conversations.models import Conversation, Feedback, Message, TurnTrace
-from conversations.review.flags import STRONG_RANK, is_weak, total_ms
+from conversations.review.flags import STRONG_RANK, total_ms, turn_flags
 from conversations.review.restricted import TurnRedactor
+from conversations.review.selectors import slow_threshold_ms
 from conversations.views.present import BACKEND_LABELS, QUERY_TYPE_LABELS
 from retrieval.access import RESTRICTED_DOCUMENT, RESTRICTED_PASSAGE
 from retrieval.pipeline.answer import clean_citations
@@ -402,21 +402,14 @@ def _add_timings(review: TurnReview, timings: dict[str, Any]) -> None:
 
 
 def _flags(trace: TurnTrace, review: TurnReview, feedback: list[Feedback]) -> list[str]:
-    flags = []
-    if trace.no_results:
-        flags.append("no_results")
-    if is_weak(search=trace.search or {}, clarified=trace.clarified, no_results=trace.no_results):
-        flags.append("weak")
-    if trace.clarified:
-        flags.append("clarified")
-    if trace.anomaly:
-        flags.append("anomaly")
-    if review.errors:
-        flags.append("errors")
-    if review.total_ms is not None and review.total_ms > settings.CHATRAG_REVIEW_SLOW_MS:
-        flags.append("slow")
-    if any(f.value < 0 for f in feedback):
-        flags.append("thumbs_down")
-    if any(f.value > 0 for f in feedback):
-        flags.append("thumbs_up")
-    return flags
+    return turn_flags(
+        no_results=trace.no_results,
+        clarified=trace.clarified,
+        anomaly=trace.anomaly,
+        search=trace.search or {},
+        errors=bool(review.errors),
+        total_ms=review.total_ms,
+        slow_ms=slow_threshold_ms(),
+        thumbs_down=any(f.value < 0 for f in feedback),
+        thumbs_up=any(f.value > 0 for f in feedback),
+    )

@@ -32,6 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from celery import shared_task
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -61,8 +62,6 @@ _RETRY_KEYS = ("retry_of", "attempt")
 
 
 def _enqueue(job_id: str) -> None:
-    from retrieval.tasks import ingest_job
-
     ingest_job.delay(job_id)
 
 
@@ -222,8 +221,6 @@ def _job_split(
 
 
 def _enqueue_part(job_id: str, index: int, files: list[list[str]]) -> None:
-    from retrieval.tasks import ingest_job_part
-
     ingest_job_part.delay(job_id, index, files)
 
 
@@ -456,3 +453,17 @@ def _reindex_sources(
         groups = tuple(sorted(g.name for g in document.groups.all()))
         items.append(replace(source, external_id=document.external_id, groups=groups))
     return items
+
+
+# The Celery tasks live beside the jobs they queue and run, so that queueing one imports
+# nothing back (`retrieval.tasks` imports this module for the worker: no import circle).
+@shared_task(name="retrieval.ingest_job", acks_late=True)
+def ingest_job(job_id: str) -> None:
+    """Run an ingestion job (uploaded files or server paths), recording progress on the job."""
+    ingestion_job_run(job_id=job_id)
+
+
+@shared_task(name="retrieval.ingest_job_part", acks_late=True)
+def ingest_job_part(job_id: str, index: int, files: list[list[str]]) -> None:
+    """Run one part of a split ingestion job: these (file, root) pairs."""
+    ingestion_job_part_run(job_id=job_id, index=index, files=files)

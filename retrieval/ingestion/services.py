@@ -29,6 +29,7 @@ from django.db import IntegrityError, connection, transaction
 from retrieval.embeddings import Embedder, EmbeddingError, passages_embed_by_length
 from retrieval.models import Chunk, Collection, Document, fts_config_for
 from retrieval.pipeline.search import VOCABULARY_REBUILD_SQL
+from retrieval.services import default_language
 
 from .chunking import ChunkDraft, Section, chunk_sections
 from .parsers import SUPPORTED_SUFFIXES, ParseError, ParseLimits, parse_file_isolated
@@ -44,7 +45,7 @@ class SourceDocument:
     external_id: str
     title: str
     sections: tuple[Section, ...]
-    language: str = "pt"
+    language: str = field(default_factory=default_language)
     area: str = ""
     groups: tuple[str, ...] = ()
     source_path: str = ""
@@ -152,7 +153,7 @@ def version_fields(meta: Mapping[str, object]) -> dict[str, Any]:
 def _guess_language(text: str) -> str:
     from retrieval.pipeline.text import detect_language
 
-    return detect_language(text) or settings.CHATRAG_DEFAULT_LANGUAGE
+    return detect_language(text) or default_language()
 
 
 def iter_files(paths: Iterable[Path]) -> tuple[list[tuple[Path, Path]], list[FileOutcome]]:

@@ -38,7 +38,10 @@ __all__ = [
     "Kind",
     "Masker",
     "MaskingConfig",
+    "PLACEHOLDER_PATTERN",
     "mask_texts",
+    "placeholder",
+    "split_unfinished_placeholder",
 ]
 
 Kind = Literal[
@@ -130,9 +133,40 @@ _Detector = Callable[[str], Iterable[_Hit]]
 # Placeholders
 # --------------------------------------------------------------------------
 
+# The one definition of a placeholder's format: "[" KIND "_" N "]", N counting from 1 per kind
+# within a turn. The tokenizer (`text`), the answer's stream and the masker itself read it here.
+
+
+def placeholder(kind: str, number: int) -> str:
+    """Return the placeholder of the `number`th value of `kind` in a turn ("[EMAIL_1]")."""
+    return f"[{kind}_{number}]"
+
+
+def _placeholder_pattern(kind: str) -> str:
+    return r"\[(?:" + kind + r")_[0-9]+\]"
+
+
+#: Any placeholder, of a kind known today or not (a regular expression, not compiled).
+PLACEHOLDER_PATTERN: Final = _placeholder_pattern(r"[A-Z][A-Z_]*")
+# Placeholders of the kinds this masker writes (the longest kind first).
 _PLACEHOLDER_RE: Final = re.compile(
-    r"\[(?:" + "|".join(sorted(KINDS, key=len, reverse=True)) + r")_[0-9]+\]"
+    _placeholder_pattern("|".join(sorted(KINDS, key=len, reverse=True)))
 )
+# Longer than any placeholder ("[EMPLOYEE_ID_" and ten digits): a "[" run past it is text.
+_PLACEHOLDER_MAX_CHARS: Final = 24
+
+
+def split_unfinished_placeholder(text: str) -> tuple[str, str]:
+    """Hold back a trailing "[" run that may be the start of a placeholder like [EMAIL_1].
+
+    A streamed answer is unmasked piece by piece; a placeholder split over two pieces must
+    wait for its end.
+    """
+    start = text.rfind("[")
+    if start == -1 or "]" in text[start:] or len(text) - start > _PLACEHOLDER_MAX_CHARS:
+        return text, ""
+    return text[:start], text[start:]
+
 
 # --------------------------------------------------------------------------
 # Shared boundaries
@@ -693,18 +727,18 @@ class Masker:
         return "".join(parts)
 
     def _placeholder(self, hit: _Hit, original: str) -> str:
-        placeholder = self._by_value.get((hit.kind, hit.key))
-        if placeholder is None:
+        written = self._by_value.get((hit.kind, hit.key))
+        if written is None:
             number = self._last_number.get(hit.kind, 0)
             while True:
                 number += 1
-                placeholder = f"[{hit.kind}_{number}]"
-                if placeholder not in self._foreign:
+                written = placeholder(hit.kind, number)
+                if written not in self._foreign:
                     break
             self._last_number[hit.kind] = number
-            self._by_value[(hit.kind, hit.key)] = placeholder
-            self._originals[placeholder] = original
-        return placeholder
+            self._by_value[(hit.kind, hit.key)] = written
+            self._originals[written] = original
+        return written
 
 
 def mask_texts(

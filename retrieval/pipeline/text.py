@@ -11,6 +11,8 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Literal
 
+from .masking import PLACEHOLDER_PATTERN
+
 Language = Literal["pt", "es", "en"]
 LANGUAGES: tuple[Language, ...] = ("pt", "es", "en")
 
@@ -18,11 +20,9 @@ LANGUAGES: tuple[Language, ...] = ("pt", "es", "en")
 # ("e-mail", "home-office", "d'água"); a number keeps its inner separators ("1.500,00");
 # a masking placeholder such as "[EMAIL_1]" is one token.
 _TOKEN_RE = re.compile(
-    r"\[[A-Z][A-Z_]*_\d+\]"
-    r"|\d+(?:[.,/]\d+)+"
-    r"|[^\W_]+°?(?:[-'’][^\W_]+)*",
+    "|".join((PLACEHOLDER_PATTERN, r"\d+(?:[.,/]\d+)+", r"[^\W_]+°?(?:[-'’][^\W_]+)*"))
 )
-_PLACEHOLDER_RE = re.compile(r"^\[[A-Z][A-Z_]*_\d+\]$")
+_PLACEHOLDER_RE = re.compile(PLACEHOLDER_PATTERN)
 _POSSESSIVE_RE = re.compile(r"['’]s$", re.IGNORECASE)
 
 
@@ -46,7 +46,7 @@ def normalize(s: str) -> str:
 
 def is_placeholder(token: str) -> bool:
     """Tell whether `token` is a masking placeholder such as "[EMAIL_1]"."""
-    return bool(_PLACEHOLDER_RE.match(token))
+    return bool(_PLACEHOLDER_RE.fullmatch(token))
 
 
 def token_spans(s: str) -> list[Token]:

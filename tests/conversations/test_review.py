@@ -342,6 +342,24 @@ def test_flags_filter_conversations_and_traces(personas: dict[str, User], settin
     assert {t.pk for t in panel} == {t.trace.pk for t in (down, weak, odd, empty)}
 
 
+def test_trace_list_and_timeline_flag_a_turn_alike(
+    client: Client, personas: dict[str, User], boss: User, settings: Any
+) -> None:
+    """One flag rule: the admin's trace list shows what the timeline shows (slow, thumbs up)."""
+    settings.CHATRAG_REVIEW_SLOW_MS = 5000
+    turn = make_turn(personas["ana"], "lento e bom", to_done=7000, thumbs=1)
+    client.force_login(boss)
+    page = client.get(reverse("admin:conversations_turntrace_changelist"))
+    assert page.status_code == 200
+    (row,) = page.context["cl"].result_list
+    listed = page.context["cl"].model_admin.flag_list(row)
+    assert listed == "slow turn, thumbs up"
+    timeline = client.get(
+        reverse("admin:conversations_conversation_change", args=[turn.conversation.pk])
+    )
+    assert "slow turn" in timeline.content.decode() and "thumbs up" in timeline.content.decode()
+
+
 def test_weak_rule_in_sql_matches_python(personas: dict[str, User]) -> None:
     cases = [
         [("pt/a", STRONG_RANK, STRONG_RANK)],

@@ -544,6 +544,21 @@ async def test_turn_that_cannot_load_its_message_emits_an_error_frame() -> None:
     assert 987654321 not in turns.LIVE
 
 
+async def test_turn_that_cannot_load_its_message_answers_in_the_default_language(
+    settings: Any,
+) -> None:
+    """No message, no collection to ask: the failure is said in CHATRAG_DEFAULT_LANGUAGE."""
+    settings.CHATRAG_DEFAULT_LANGUAGE = "en"
+    frames: list[dict[str, Any]] = []
+
+    async def emit(event: dict[str, Any]) -> None:
+        frames.append(event)
+
+    await asyncio.wait_for(turns.turn_run(message_id=987654321, emit=emit), WAIT_S)
+    (error,) = frames
+    assert "please try again" in error["message"]
+
+
 async def test_a_failing_emit_does_not_lose_the_answer(
     small_kb: Any, personas: dict[str, Any]
 ) -> None:

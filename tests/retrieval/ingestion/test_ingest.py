@@ -9,13 +9,15 @@ import pytest
 from django.core.management import call_command
 
 from retrieval.embeddings import EmbeddingError, HashingEmbedder, get_embedder
+from retrieval.ingestion.chunking import Section
 from retrieval.ingestion.services import (
+    SourceDocument,
     document_set_groups,
     documents_ingest,
     sources_from_paths,
 )
 from retrieval.models import Chunk, Document, VocabularyTerm
-from retrieval.services import default_collection
+from retrieval.services import collection_language, default_collection
 
 pytestmark = pytest.mark.django_db
 
@@ -162,3 +164,14 @@ def test_versions_from_front_matter_reach_the_search_hits(tmp_path: Path) -> Non
     Document.objects.filter(external_id="pt/remoto-2026").update(superseded=True)
     again = search_engine().search(SearchRequest("trabalho remoto", []), scope, search_params())
     assert all(h.superseded for h in again)
+
+
+def test_a_text_that_does_not_tell_its_language_takes_the_configured_default(
+    tmp_path: Path, settings: Any
+) -> None:
+    settings.CHATRAG_DEFAULT_LANGUAGE = "es"
+    assert SourceDocument(external_id="x", title="", sections=(Section("", "42"),)).language == "es"
+    assert collection_language(collection=default_collection()) == "es"  # no documents yet
+    write(tmp_path, "numbers.md", "# 42\n\n1 2 3")
+    ingest(tmp_path)
+    assert Document.objects.get(external_id="numbers").language == "es"

@@ -12,9 +12,12 @@ from retrieval.pipeline.masking import (
     DEFAULT_CONFIG,
     DEFAULT_EMPLOYEE_ID_PATTERN,
     KINDS,
+    PLACEHOLDER_PATTERN,
     Masker,
     MaskingConfig,
     mask_texts,
+    placeholder,
+    split_unfinished_placeholder,
 )
 
 PLACEHOLDER = re.compile(r"\[([A-Z_]+)_(\d+)\]")
@@ -969,3 +972,38 @@ def test_large_inputs_finish(text: str) -> None:
     out = masker.mask(text)
     assert masker.mask(out) == out
     assert masker.unmask(out) == text
+
+
+# --------------------------------------------------------------------------
+# The placeholder format: one definition, read by the tokenizer and the stream.
+# --------------------------------------------------------------------------
+
+
+def test_every_placeholder_the_masker_writes_has_the_one_format() -> None:
+    from retrieval.pipeline.text import is_placeholder, token_spans
+
+    masker = Masker(NAMES)
+    masked = masker.mask("Maria Silva, maria@empresa.com.br, CPF 529.982.247-25")
+    written = PLACEHOLDER.findall(masked)
+    assert len(written) == 3
+    for kind, number in written:
+        text = placeholder(kind, int(number))
+        assert re.fullmatch(PLACEHOLDER_PATTERN, text) and is_placeholder(text)
+        assert text in [t.text for t in token_spans(masked)]  # one token, not three
+    assert placeholder("EMPLOYEE_ID", 12) == "[EMPLOYEE_ID_12]"
+
+
+@pytest.mark.parametrize(
+    ("text", "ready", "held"),
+    [
+        ("Fale com [EMA", "Fale com ", "[EMA"),
+        ("Fale com [EMAIL_1]", "Fale com [EMAIL_1]", ""),
+        ("veja [1] e [", "veja [1] e ", "["),
+        ("sem colchete", "sem colchete", ""),
+        ("[" + "x" * 30, "[" + "x" * 30, ""),  # longer than any placeholder: plain text
+    ],
+)
+def test_stream_holds_back_only_what_may_become_a_placeholder(
+    text: str, ready: str, held: str
+) -> None:
+    assert split_unfinished_placeholder(text) == (ready, held)
