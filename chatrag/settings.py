@@ -334,6 +334,9 @@ CHATRAG_SEARCH_HNSW_EF = env_int("CHATRAG_SEARCH_HNSW_EF", 80, minimum=1)
 CHATRAG_SEARCH_FUSION = env_choice("CHATRAG_SEARCH_FUSION", "rrf", {"rrf", "max"})
 CHATRAG_SEARCH_ORIGINAL_WEIGHT = env_float("CHATRAG_SEARCH_ORIGINAL_WEIGHT", 0.5, minimum=0)
 CHATRAG_SEARCH_PASSAGES = env_int("CHATRAG_SEARCH_PASSAGES", 6, minimum=1)
+# How long a rewrite is kept in Django's cache for the same window, question, glossary,
+# policy, model and permissions (retrieval.pipeline.rewrite_cache); 0 keeps none.
+CHATRAG_REWRITE_CACHE_SECONDS = env_int("CHATRAG_REWRITE_CACHE_SECONDS", 86_400, minimum=0)
 CHATRAG_SEARCH_MAX_PER_DOCUMENT = env_int("CHATRAG_SEARCH_MAX_PER_DOCUMENT", 2, minimum=1)
 CHATRAG_SEARCH_POOL_SIZE = env_int("CHATRAG_SEARCH_POOL_SIZE", 6, minimum=1)
 

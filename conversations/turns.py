@@ -60,6 +60,7 @@ from retrieval.services import (
     known_names_for,
     query_embedder_for,
     retrieval_settings,
+    rewrite_cache,
     scope_for_user,
     search_engine,
 )
@@ -150,6 +151,7 @@ async def turn_retrieve(
         language=language,
         on_rewrite=on_rewrite,
         today=timezone.localdate(),
+        rewrite_cache=rewrite_cache(),
     )
 
 

@@ -20,6 +20,7 @@ from retrieval.pipeline.fusion import FusionStrategy
 from retrieval.pipeline.llm import ChatModel
 from retrieval.pipeline.masking import DEFAULT_EMPLOYEE_ID_PATTERN, MaskingConfig
 from retrieval.pipeline.retrieve import RetrievalSettings, RewriteMode
+from retrieval.pipeline.rewrite_cache import RewriteCache
 from retrieval.pipeline.search import Scope, SearchEngine, SearchParams, get_engine
 from retrieval.pipeline.text import LANGUAGES
 from retrieval.pipeline.types import GlossaryEntry as GlossaryValue
@@ -65,6 +66,40 @@ def search_params() -> SearchParams:
 def employee_id_pattern() -> str:
     """The registration-number pattern to mask: CHATRAG_EMPLOYEE_ID_PATTERN or masking's default."""
     return settings.CHATRAG_EMPLOYEE_ID_PATTERN or DEFAULT_EMPLOYEE_ID_PATTERN
+
+
+class _DjangoRewriteCache:
+    """The rewrite cache on Django's cache (Redis with REDIS_URL, the database otherwise)."""
+
+    def __init__(self, seconds: int) -> None:
+        self.seconds = seconds
+
+    # Called from a worker thread of the turn: the database cache's connection is handed
+    # back after each call, as at the end of a request.
+    def get(self, key: str) -> dict[str, Any] | None:
+        from django.core.cache import cache
+        from django.db import close_old_connections
+
+        try:
+            value = cache.get(key)
+        finally:
+            close_old_connections()
+        return value if isinstance(value, dict) else None
+
+    def set(self, key: str, value: dict[str, Any]) -> None:
+        from django.core.cache import cache
+        from django.db import close_old_connections
+
+        try:
+            cache.set(key, value, self.seconds)
+        finally:
+            close_old_connections()
+
+
+def rewrite_cache() -> RewriteCache | None:
+    """The turns' rewrite cache, or None when CHATRAG_REWRITE_CACHE_SECONDS is 0."""
+    seconds = settings.CHATRAG_REWRITE_CACHE_SECONDS
+    return _DjangoRewriteCache(seconds) if seconds else None
 
 
 def retrieval_settings(*, mode: RewriteMode | None = None) -> RetrievalSettings:

@@ -58,6 +58,20 @@ FLAG_FILTERS = [
 ]
 
 
+class RewriteCacheFilter(admin.SimpleListFilter):
+    """Turns whose rewrite came from the cache, or was computed (with counts: the hit rate)."""
+
+    title = _("rewrite cache")
+    parameter_name = "rewrite_cache"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("hit", _("from the cache")), ("miss", _("rewritten"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset.filter(rewrite__cache=value) if value in {"hit", "miss"} else queryset
+
+
 class ReasonFilter(admin.SimpleListFilter):
     """Why a turn is on the "needs attention" panel."""
 

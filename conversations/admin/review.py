@@ -25,7 +25,12 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from chatrag.admin_utils import NoAddOrChangeMixin, ObjectContextAdmin, admin_page
-from conversations.admin.filters import FLAG_FILTERS, ReasonFilter, ReviewedFilter
+from conversations.admin.filters import (
+    FLAG_FILTERS,
+    ReasonFilter,
+    ReviewedFilter,
+    RewriteCacheFilter,
+)
 from conversations.models import AttentionTurn, Conversation, Feedback, StaffAccessLog, TurnTrace
 from conversations.review.flags import turn_flags
 from conversations.review.restricted import TurnRedactor, ranking_redacted
@@ -265,7 +270,7 @@ class TurnTraceAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[Tur
         "total_ms",
         "created_at",
     ]
-    list_filter = [*FLAG_FILTERS, "created_at", "reviewed_at"]
+    list_filter = [*FLAG_FILTERS, RewriteCacheFilter, "created_at", "reviewed_at"]
     search_fields = ["masked_question", "message__conversation__owner__username"]
     date_hierarchy = "created_at"
     fields = ("created_at",)
@@ -293,7 +298,9 @@ class TurnTraceAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[Tur
 
     @admin.display(description=gettext_lazy("rewrite"))
     def backend(self, obj: TurnTrace) -> str:
-        return str((obj.rewrite or {}).get("backend", ""))
+        rewrite = obj.rewrite or {}
+        backend = str(rewrite.get("backend", ""))
+        return f"{backend} (cache)" if rewrite.get("cache") == "hit" else backend
 
     @admin.display(description=gettext_lazy("flags"))
     def flag_list(self, obj: TurnTrace) -> str:

@@ -22,7 +22,8 @@ from .fusion import FusionStrategy, Hit, MergedHit, cut_passages, merge_results
 from .glossary import find_glossary_hits
 from .llm import ChatModel
 from .masking import Masker, MaskingConfig
-from .rewrite_llm import rewrite_with_llm
+from .rewrite_cache import RewriteCache, cache_key, from_state, to_state
+from .rewrite_llm import llm_policy, rewrite_with_llm
 from .rewrite_rules import POLICY_VERSION as RULES_POLICY
 from .rewrite_rules import lexicon_words, rewrite_with_rules
 from .search import Scope, SearchEngine, SearchParams, SearchRequest
@@ -240,6 +241,7 @@ async def retrieve(
     default_language: str | None = None,
     on_rewrite: Callable[[RewriteAnnouncement], Awaitable[None]] | None = None,
     today: date | None = None,
+    rewrite_cache: RewriteCache | None = None,
 ) -> RetrievalOutcome:
     """Rewrite and search one turn; degrade to searching the question as typed on failure.
 
@@ -273,7 +275,7 @@ async def retrieve(
         earlier_messages=max(0, len(history) - len(window)),
     )
     t = time.perf_counter()
-    rewrite = await _rewrite(inp, settings, lexicon, model, errors)
+    rewrite = await _cached_rewrite(inp, settings, lexicon, model, errors, scope, rewrite_cache)
     timings["rewrite"] = _ms(t)
 
     queries = search_queries(rewrite, masked_question, settings.query_weights)
@@ -351,6 +353,59 @@ async def retrieve(
         errors=errors,
         masker=masker,
     )
+
+
+async def _cached_rewrite(
+    inp: RewriteInput,
+    settings: RetrievalSettings,
+    lexicon: LexiconFetcher,
+    model: ChatModel | None,
+    errors: list[str],
+    scope: Scope,
+    cache: RewriteCache | None,
+) -> RewriteResult:
+    """Rewrite, or take the same rewrite from `cache` (see rewrite_cache.py).
+
+    Only the rules and a model's rewrite are kept; a rewrite that failed over to a
+    fallback is never kept, so the next turn tries again.
+    """
+    if cache is None or settings.mode not in {"rules", "llm"}:
+        return await _rewrite(inp, settings, lexicon, model, errors)
+    with_model = settings.mode == "llm" and model is not None
+    key = cache_key(
+        inp,
+        scope=scope,
+        policy=llm_policy(model.name) if with_model and model else RULES_POLICY,
+        backend="llm" if with_model else "rules",
+        model=model.name if with_model and model else None,
+    )
+    t = time.perf_counter()
+    try:
+        state = await asyncio.to_thread(cache.get, key)
+    except Exception as exc:  # the cache is an aid: rewrite as if it were empty
+        errors.append(f"rewrite cache unavailable: {exc.__class__.__name__}")
+        return await _rewrite(inp, settings, lexicon, model, errors)
+    if state is not None:
+        try:
+            rewrite, computed_ms = from_state(state)
+        except (KeyError, TypeError, ValueError):
+            state = None  # a state of another shape: rewrite and store it anew
+        else:
+            rewrite.cache = "hit"
+            rewrite.notes.append(
+                f"rewrite cache: hit (saved {max(0.0, computed_ms - _ms(t)):.1f} ms)"
+            )
+            return rewrite
+    started = time.perf_counter()
+    rewrite = await _rewrite(inp, settings, lexicon, model, errors)
+    computed_ms = _ms(started)
+    if rewrite.error is None:
+        try:
+            await asyncio.to_thread(cache.set, key, to_state(rewrite, computed_ms))
+        except Exception as exc:  # not kept this time; the turn goes on
+            errors.append(f"rewrite cache unavailable: {exc.__class__.__name__}")
+    rewrite.cache = "miss"
+    return rewrite
 
 
 async def _rewrite(

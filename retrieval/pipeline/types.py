@@ -148,6 +148,8 @@ class RewriteResult:
     # Countries the turn places its question in ("no Uruguai", carried "en Chile"): their
     # pages are preferred over other countries' siblings (retrieval.pipeline.filters).
     countries: tuple[str, ...] = ()
+    # "hit" when taken from the rewrite cache, "miss" when computed and kept, None without one.
+    cache: str | None = None
 
     def __post_init__(self) -> None:
         # The baselines (searching the words as typed, or joined to the last turn) have no
@@ -194,4 +196,5 @@ class RewriteResult:
             "topic": self.topic,
             "decision": self.decision,
             "countries": list(self.countries),
+            "cache": self.cache,
         }

@@ -442,3 +442,29 @@ def test_purge_runs_from_celery_beat_with_the_retention_setting(
     )
     settings.CHATRAG_RETENTION_DAYS = 365
     assert purge_expired() == 1
+
+
+def test_the_trace_list_filters_and_counts_turns_by_rewrite_cache(
+    client: Client, personas: dict[str, User], boss: User
+) -> None:
+    cached = make_turn(personas["ana"], "de novo")
+    TurnTrace.objects.filter(pk=cached.trace.pk).update(
+        rewrite={**cached.trace.rewrite, "cache": "hit"}
+    )
+    fresh = make_turn(personas["ana"], "primeira vez")
+    TurnTrace.objects.filter(pk=fresh.trace.pk).update(
+        rewrite={**fresh.trace.rewrite, "cache": "miss"}
+    )
+    make_turn(personas["ana"], "sem cache")
+    client.force_login(boss)
+    url = reverse("admin:conversations_turntrace_changelist")
+    hits = client.get(url, {"rewrite_cache": "hit"})
+    assert [t.pk for t in hits.context["cl"].result_list] == [cached.trace.pk]
+    assert hits.context["cl"].model_admin.backend(hits.context["cl"].result_list[0]) == (
+        "rules (cache)"
+    )
+    misses = client.get(url, {"rewrite_cache": "miss"})
+    assert [t.pk for t in misses.context["cl"].result_list] == [fresh.trace.pk]
+    # With counts shown, the filter gives the hit rate.
+    counted = client.get(url, {"_facets": "True"}).content.decode()
+    assert "from the cache (1)" in counted and "rewritten (1)" in counted

@@ -129,3 +129,26 @@ def test_the_staff_timeline_shows_each_turns_policy(personas: dict[str, Any]) ->
     assert f"<code>{POLICY_VERSION}</code>" in page
     assert "<code>llm/m/prompt-0123456789ab</code>" in page
     assert "not recorded" in page
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_repeated_turn_takes_its_rewrite_from_the_cache_only_for_the_same_reader(
+    small_kb: Any, personas: dict[str, Any], settings: Any
+) -> None:
+    from django.core.cache import cache
+
+    settings.CHATRAG_REWRITE_CACHE_SECONDS = 3600
+    await cache.aclear()
+    question = "quantos dias de férias eu tenho por ano?"
+    first = await _turn(personas["ana"], question)
+    again = await _turn(personas["ana"], question)
+    assert first.rewrite["cache"] == "miss" and again.rewrite["cache"] == "hit"
+    assert [q["text"] for q in again.rewrite["queries"]] == [
+        q["text"] for q in first.rewrite["queries"]
+    ]
+    assert any(n.startswith("rewrite cache: hit") for n in again.rewrite["notes"])
+    # Rita reads the restricted group's documents: her rewrite is her own.
+    other = await _turn(personas["rita"], question)
+    assert other.rewrite["cache"] == "miss"
+    await cache.aclear()
