@@ -366,18 +366,14 @@ async def _cached_rewrite(
 ) -> RewriteResult:
     """Rewrite, or take the same rewrite from `cache` (see rewrite_cache.py).
 
-    Only the rules and a model's rewrite are kept; a rewrite that failed over to a
-    fallback is never kept, so the next turn tries again.
+    Only a model's rewrite is kept: it costs seconds, while the rules take milliseconds and
+    read the corpus's vocabulary, which an ingestion changes. A rewrite that failed over to
+    the rules is never kept, so the next turn asks the model again.
     """
-    if cache is None or settings.mode not in {"rules", "llm"}:
+    if cache is None or settings.mode != "llm" or model is None:
         return await _rewrite(inp, settings, lexicon, model, errors)
-    with_model = settings.mode == "llm" and model is not None
     key = cache_key(
-        inp,
-        scope=scope,
-        policy=llm_policy(model.name) if with_model and model else RULES_POLICY,
-        backend="llm" if with_model else "rules",
-        model=model.name if with_model and model else None,
+        inp, scope=scope, policy=llm_policy(model.name), backend="llm", model=model.name
     )
     t = time.perf_counter()
     try:

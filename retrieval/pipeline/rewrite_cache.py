@@ -1,11 +1,11 @@
 """A rewrite cached by everything that decides it (pure: the store is the caller's).
 
-The same masked window and question, read with the same glossary, policy version, backend
-and model, for a reader with the same permissions and language, give the same rewrite: the
-rules' statistics come from the vocabulary that reader may see, and a model's prompt holds
-today's date. The key holds all of those, so a cached rewrite never serves a turn its user
-could not have produced, and any change of policy, glossary or model misses. Only the
-rewrite is cached: the searches and the decisions taken from their evidence run every turn.
+A model's rewrite costs seconds; the same masked window and question, read with the same
+glossary, prompt and model, for a reader with the same permissions and language, on the same
+day (the prompt holds today's date), give the same rewrite. The key holds all of those, so a
+cached rewrite never serves a turn its user could not have produced, and any change of
+prompt, glossary or model misses. Only the rewrite is cached: the searches and the decisions
+taken from their evidence run every turn. The rules are not cached (see retrieve.py).
 """
 
 from __future__ import annotations

@@ -134,21 +134,27 @@ def test_the_staff_timeline_shows_each_turns_policy(personas: dict[str, Any]) ->
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
 async def test_a_repeated_turn_takes_its_rewrite_from_the_cache_only_for_the_same_reader(
-    small_kb: Any, personas: dict[str, Any], settings: Any
+    small_kb: Any, personas: dict[str, Any], settings: Any, ollama: HTTPServer
 ) -> None:
     from django.core.cache import cache
 
     settings.CHATRAG_REWRITE_CACHE_SECONDS = 3600
     await cache.aclear()
+    ollama.expect_request("/api/chat", method="POST").respond_with_handler(_reply)
     question = "quantos dias de férias eu tenho por ano?"
+
+    def rewrites_asked() -> int:
+        return sum(not json.loads(r.get_data()).get("stream") for r, _ in ollama.log)
+
     first = await _turn(personas["ana"], question)
     again = await _turn(personas["ana"], question)
     assert first.rewrite["cache"] == "miss" and again.rewrite["cache"] == "hit"
+    assert rewrites_asked() == 1  # the second turn never asked the model to rewrite
     assert [q["text"] for q in again.rewrite["queries"]] == [
         q["text"] for q in first.rewrite["queries"]
     ]
     assert any(n.startswith("rewrite cache: hit") for n in again.rewrite["notes"])
     # Rita reads the restricted group's documents: her rewrite is her own.
     other = await _turn(personas["rita"], question)
-    assert other.rewrite["cache"] == "miss"
+    assert other.rewrite["cache"] == "miss" and rewrites_asked() == 2
     await cache.aclear()

@@ -17,6 +17,7 @@ from retrieval.pipeline.fusion import Hit
 from retrieval.pipeline.llm import FakeChat, LLMHTTPError
 from retrieval.pipeline.retrieve import RetrievalOutcome, RetrievalSettings, RewriteMode, retrieve
 from retrieval.pipeline.rewrite_cache import cache_key, from_state, to_state
+from retrieval.pipeline.rewrite_llm import llm_policy
 from retrieval.pipeline.rewrite_rules import POLICY_VERSION
 from retrieval.pipeline.search import Scope, SearchParams, SearchRequest
 from retrieval.pipeline.types import GlossaryEntry, HistoryMessage, LexiconView, RewriteInput
@@ -64,9 +65,13 @@ class BrokenCache:
         raise ConnectionError("cache down")
 
 
+def _model(replies: int = 4, name: str = "qwen2.5:7b") -> FakeChat:
+    return FakeChat([REPLY] * replies, name=name)
+
+
 def _retrieve(
     cache: Any,
-    mode: RewriteMode = "rules",
+    mode: RewriteMode = "llm",
     model: FakeChat | None = None,
     scope: Scope | None = None,
     question: str = "e para PJ?",
@@ -81,7 +86,7 @@ def _retrieve(
             embedder=None,
             lexicon=lambda words: LexiconView(),
             settings=RetrievalSettings(mode=mode),
-            model=model,
+            model=model or (_model() if mode == "llm" else None),
             today=TODAY,
             rewrite_cache=cache,
         )
@@ -90,12 +95,13 @@ def _retrieve(
 
 def test_the_same_turn_is_rewritten_once_and_then_served_from_the_cache() -> None:
     cache = DictCache()
-    first = _retrieve(cache)
+    model = _model(replies=1)  # a second request to the model would fail the test
+    first = _retrieve(cache, model=model)
     assert first.rewrite.cache == "miss" and len(cache.data) == 1
-    second = _retrieve(cache)
-    assert second.rewrite.cache == "hit"
+    second = _retrieve(cache, model=model)
+    assert second.rewrite.cache == "hit" and len(model.calls) == 1
     assert [q.text for q in second.queries] == [q.text for q in first.queries]
-    assert second.rewrite.policy == POLICY_VERSION
+    assert second.rewrite.policy == llm_policy("qwen2.5:7b")
     assert any(n.startswith("rewrite cache: hit (saved ") for n in second.rewrite.notes)
     assert second.rewrite.to_dict()["cache"] == "hit"
 
@@ -132,21 +138,23 @@ def test_the_key_changes_with_policy_model_glossary_window_language_and_date() -
 
 
 def test_a_kept_rewrite_comes_back_whole() -> None:
-    rewrite = _retrieve(None).rewrite
+    rewrite = _retrieve(None, "rules").rewrite
     again, computed = from_state(json.loads(json.dumps(to_state(rewrite, 4.2))))
     assert again == rewrite and computed == 4.2
     assert again is not rewrite
 
 
-def test_a_model_rewrite_is_kept_per_model_and_a_failed_one_is_not() -> None:
+def test_a_rewrite_is_kept_per_model_a_failed_one_is_not_and_the_rules_never_are() -> None:
     cache = DictCache()
-    model = FakeChat([REPLY], name="qwen2.5:7b")
-    assert _retrieve(cache, "llm", model).rewrite.cache == "miss"
-    assert _retrieve(cache, "llm", model).rewrite.cache == "hit"
-    assert len(model.calls) == 1  # the second turn never asked the model
+    assert _retrieve(cache, model=_model(name="a")).rewrite.cache == "miss"
+    assert _retrieve(cache, model=_model(name="b")).rewrite.cache == "miss"
+    assert len(cache.data) == 2
+    rules = _retrieve(cache, "rules")
+    assert rules.rewrite.cache is None and rules.rewrite.policy == POLICY_VERSION
+    assert len(cache.data) == 2
     failing = FakeChat([LLMHTTPError(500, "boom")], name="other-model")
-    fell_back = _retrieve(cache, "llm", failing).rewrite
-    assert fell_back.error == "llm http 500" and len(cache.data) == 1
+    fell_back = _retrieve(cache, model=failing).rewrite
+    assert fell_back.error == "llm http 500" and len(cache.data) == 2
 
 
 def test_a_cache_that_is_down_costs_nothing_but_a_note() -> None:
