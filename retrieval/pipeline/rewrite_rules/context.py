@@ -14,6 +14,7 @@ The approach is HQE's (Lin et al. 2020) with corpus IDF as the predictor:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -36,6 +37,9 @@ Mentions = Mapping[str, int]
 DEPENDENT_KINDS: frozenset[Kind] = frozenset({"anaphor", "ellipsis", "weak"})
 ANCHOR_TERMS = 4  # rare words taken from the turn that names the topic
 SUBTOPIC_TERMS = 2  # rare words taken from each dependent turn after it
+# An infinitive, with or without a pronoun ("partir", "usarla"): what a follow-up does
+# with the topic, not the topic.
+_INFINITIVE_RE = re.compile(r"^\w{2,}(?:ar|er|ir)(?:l[ao]s?|se|me|te|nos|lhe)?$")
 EARLIER_ANCHOR_TERMS = 1  # rare words the turn before the newest self-contained one lends
 # A turn of common words only leans on the conversation when it is this short; a longer
 # one ("is storage included in the VPC price?") says what it asks about...
@@ -374,7 +378,10 @@ def plan_carry(
         candidates = [
             w
             for w in dict.fromkeys(turn.terms)
-            if w not in walk.blocked and w not in replaced and weight(w) >= floor
+            if w not in walk.blocked
+            and w not in replaced
+            and weight(w) >= floor
+            and (is_anchor or not _INFINITIVE_RE.match(w) or lang not in ("pt", "es"))
         ]
         # Rarest first; without corpus statistics, longest first.
         candidates.sort(key=lambda w: (weight(w), len(w)), reverse=True)
