@@ -355,12 +355,17 @@ def test_a_follow_up_of_a_follow_up_keeps_a_word_of_the_first_topic() -> None:
 
 def test_a_follow_up_carries_the_topic_not_what_earlier_turns_did_with_it() -> None:
     # "posso dividir?" / "y si no llego a usarla?": verbs of follow-ups, not the topic.
+    from tests.retrieval.pipeline.test_rewrite_rules import CORPUS
+
+    lexicon = lexicon_from([*CORPUS, "Quem pode dividir as férias em períodos?"])
     result = rewrite(
         "e se eu pedir demissão antes de tirar?",
         "como funcionam as férias?",
         "Trinta dias por ano.",
         "posso dividir?",
         "Sim, em até três períodos.",
+        lexicon=lexicon,
+        language="pt",
     )
     searched = set().union(*(words(q.text) for q in result.queries))
     assert "ferias" in searched and "dividir" not in searched
