@@ -108,6 +108,21 @@ def document_access(
     )
 
 
+def external_ids_unreadable(
+    *, user: User | AnonymousUser, collection: Collection
+) -> frozenset[str]:
+    """The ids of this collection's documents the user may not read (none for a superuser).
+
+    For free text that names documents by id (the rewrite's notes: "the turn alone finds
+    'pt/…' confidently"), which may name one that is in no stored hit of the conversation.
+    """
+    if user.is_authenticated and user.is_active and user.is_superuser:
+        return frozenset()
+    readable = documents_readable(user=user).values("pk")
+    unreadable = Document.objects.filter(collection=collection).exclude(pk__in=readable)
+    return frozenset(unreadable.values_list("external_id", flat=True))
+
+
 def _as_int(value: object) -> int | None:
     if isinstance(value, bool):
         return None

@@ -9,7 +9,9 @@ source card, and any answer written from it, only if they may read the document 
   is unreadable (a model reads every passage it is given, cited or not), or when it names an
   unreadable document's title (a clarification offers titles as options);
 - free text that the pipeline derived from hits (clarification question and options, notes,
-  queries) has those titles replaced;
+  queries) has those titles replaced, and the id of any document of the collection the
+  viewer may not read (the search evidence's notes name documents by id, also ones that are
+  in no stored hit);
 - an assistant message in a later turn's window is hidden once an earlier answer of the
   conversation was hidden (the window is the same text, masked).
 """
@@ -17,6 +19,7 @@ source card, and any answer written from it, only if they may read the document 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import cached_property
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -27,6 +30,7 @@ from retrieval.access import (
     RESTRICTED_PASSAGE,
     DocumentAccess,
     document_access,
+    external_ids_unreadable,
 )
 from retrieval.services import default_collection
 
@@ -105,6 +109,14 @@ class TurnRedactor:
         }
         return {t for t in titles if t}
 
+    @cached_property
+    def _ids_hidden(self) -> frozenset[str]:
+        # Scrubbed from free text only, not matched against answers (no answer quotes a path);
+        # read once, when a page first scrubs something.
+        if self.access.everything:
+            return frozenset()
+        return external_ids_unreadable(user=self.viewer, collection=default_collection())
+
     @property
     def everything(self) -> bool:
         return self.access.everything
@@ -152,10 +164,11 @@ class TurnRedactor:
         ]
 
     def scrub(self, text: str) -> str:
-        """Text with every unreadable title of the conversation replaced by the placeholder."""
-        for title in sorted(self.titles, key=len, reverse=True):
-            if title and title.casefold() in text.casefold():
-                text = _replace_folded(text, title, str(RESTRICTED_DOCUMENT))
+        """Text with every unreadable title of the conversation, and every unreadable
+        document's id, replaced by the placeholder."""
+        for name in sorted(self.titles | self._ids_hidden, key=len, reverse=True):
+            if name and name.casefold() in text.casefold():
+                text = _replace_folded(text, name, str(RESTRICTED_DOCUMENT))
         return text
 
     def ranking(self, ranking: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

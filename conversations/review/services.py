@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
@@ -20,8 +21,9 @@ from conversations.turns import turn_context, turn_retrieve
 from retrieval.access import RESTRICTED_PASSAGE
 from retrieval.pipeline.answer import answer_language
 from retrieval.pipeline.fusion import ranked_documents
+from retrieval.pipeline.masking import Masker, MaskingConfig
 from retrieval.pipeline.types import HistoryMessage
-from retrieval.services import scope_common, scope_for_user
+from retrieval.services import employee_id_pattern, scope_common, scope_for_user
 
 
 def staff_access_record(
@@ -41,8 +43,22 @@ def staff_access_record(
 def staff_list_access_record(*, user: User, view: str, path: str) -> StaffAccessLog:
     """Record that a staff member opened a review list (its filters and search in `path`)."""
     return StaffAccessLog.objects.create(
-        user=user, username=user.get_username(), view=view[:100], path=path[:500]
+        user=user, username=user.get_username(), view=view[:100], path=_query_masked(path)[:500]
     )
+
+
+def _query_masked(path: str) -> str:
+    """The path with personal data masked in its query's values.
+
+    Staff search lists for what they are looking into: `?q=529.982.247-25` stayed in the
+    log as typed (kept like the rest of the log, long after the conversation is gone).
+    """
+    base, _, query = path.partition("?")
+    if not query:
+        return path
+    masker = Masker(MaskingConfig(employee_id_pattern=employee_id_pattern()))
+    pairs = [(k, masker.mask(v)) for k, v in parse_qsl(query, keep_blank_values=True)]
+    return f"{base}?{urlencode(pairs)}"
 
 
 def traces_mark_reviewed(*, traces: QuerySet[Any], user: User) -> int:

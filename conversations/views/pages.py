@@ -174,14 +174,24 @@ def feedback(request: AuthenticatedHttpRequest, message_id: int) -> JsonResponse
     return JsonResponse({"ok": True, "value": stored.value, "reason": stored.reason})
 
 
+def _chunk_id(raw: str) -> int | None:
+    """The cited chunk's id from the query string, or None.
+
+    ASCII digits only, and few of them: `str.isdigit` accepts "²" and "٣", which `int`
+    refuses, and `int` refuses more than 4300 digits; both were a 500.
+    """
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
+        return None
+    return int(raw)
+
+
 @require_GET
 @login_required
 @never_cache
 def document(request: AuthenticatedHttpRequest, document_id: int) -> HttpResponse:
     """A document the user may read, every passage in order, the cited one highlighted."""
     doc = document_readable(user=request.user, document_id=document_id)
-    chunk = request.GET.get("chunk", "")
-    highlighted = int(chunk) if chunk.isdigit() else None
+    highlighted = _chunk_id(request.GET.get("chunk", ""))
     return render(
         request,
         "conversations/document.html",

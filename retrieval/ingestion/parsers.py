@@ -5,7 +5,9 @@ Files are untrusted (anyone with upload rights, or a shared folder): every parse
   each one pathological lines); headings are split with a linear pattern and stripped in
   Python.
 - Caps per file (`ParseLimits`): characters of text, HTML elements, PDF pages, DOCX XML
-  elements and uncompressed size (a 27 KB .docx can hold millions of empty paragraphs).
+  elements and uncompressed size (a 27 KB .docx can hold millions of empty paragraphs), and
+  the text a compressed file (PDF, DOCX) may yield per byte of itself: a 27 KB .docx that
+  repeats one paragraph gave 4.8 million characters, minutes of embedding for the worker.
 - `parse_file_isolated` runs the parser in a forked child with a time limit and a memory
   budget: a parser library stuck on a crafted file costs its seconds, not the worker.
 """
@@ -41,14 +43,30 @@ class ParseLimits:
     max_docx_unzipped_bytes: int = 200_000_000
     seconds: float = 10.0
     memory_mb: int = 1024
+    # Text a PDF or DOCX may yield per byte of the file (plain formats yield at most one),
+    # beyond a floor for small files. Prose compresses about 3:1, so real documents stay
+    # under it; a compression bomb of repeated text does not.
+    max_chars_per_byte: float = 4.0
+    min_chars_allowed: int = 100_000
+
+    def chars_for(self, size: int) -> int:
+        """The characters of text a compressed file of `size` bytes may yield."""
+        by_size = max(self.min_chars_allowed, int(self.max_chars_per_byte * size))
+        return min(self.max_chars, by_size)
 
 
 DEFAULT_LIMITS = ParseLimits()
 
 
-def _check_chars(count: int, limits: ParseLimits) -> None:
+def _check_chars(count: int, limits: ParseLimits, *, size: int | None = None) -> None:
+    """Refuse more text than `limits` allows, or (`size`: a compressed file) its size allows."""
     if count > limits.max_chars:
         raise ParseError(f"more than {limits.max_chars:,} characters of text")
+    if size is not None and count > limits.chars_for(size):
+        raise ParseError(
+            f"more than {limits.chars_for(size):,} characters of text from a file of "
+            f"{size:,} bytes (a compressed file that expands this much is refused)"
+        )
 
 
 @dataclass
@@ -229,10 +247,11 @@ def parse_pdf(
         title = (reader.metadata.title if reader.metadata else None) or fallback_title
         sections = []
         chars = 0
+        size = path.stat().st_size
         for number, page in enumerate(reader.pages, start=1):
             page_text = (page.extract_text() or "").strip()
             chars += len(page_text)
-            _check_chars(chars, limits)
+            _check_chars(chars, limits, size=size)
             if page_text:
                 sections.append(Section(f"p. {number}", page_text))
     except (PyPdfError, ValueError, KeyError, TypeError, OSError) as exc:
@@ -286,6 +305,7 @@ def parse_docx(
         raise ParseError(f"not a readable DOCX ({exc.__class__.__name__})") from exc
     title = document.core_properties.title or ""
     chars = 0
+    size = path.stat().st_size
     stack: list[tuple[int, str]] = []
     sections: list[Section] = []
     buffer: list[str] = []
@@ -302,7 +322,7 @@ def parse_docx(
         if not text:
             continue
         chars += len(text)
-        _check_chars(chars, limits)
+        _check_chars(chars, limits, size=size)
         match = _DOCX_HEADING.match(style)
         if style == "Title" or match:
             flush()

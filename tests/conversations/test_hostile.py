@@ -602,3 +602,16 @@ async def test_injection_inside_a_document_is_data_for_the_model(
     assert "IGNORE ALL PREVIOUS INSTRUCTIONS" in prompt  # passed on, inside the fence...
     assert "<|im_start|>" not in prompt and prompt.count("</passages>") == 1  # ...defanged
     assert_no_live_markup(await _render_conversation(personas["carlos"], message_id))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("chunk", ["²", "٣", "9" * 5000, "-1", "1e5", "１２"])
+def test_document_page_ignores_a_chunk_id_that_is_no_number(
+    personas: dict[str, User], hostile_document: Document, chunk: str
+) -> None:
+    """The second attack's `?chunk=²` and `?chunk=` + 5000 nines were HTTP 500s."""
+    client = Client()
+    client.force_login(personas["carlos"])
+    response = client.get(reverse("document", args=[hostile_document.id]), {"chunk": chunk})
+    assert response.status_code == 200
+    assert 'aria-current="true"' not in response.content.decode()

@@ -119,3 +119,19 @@ def test_staff_with_the_change_permission_can_review(viewer: User, leaky: Conver
     )
     trace.refresh_from_db()
     assert trace.reviewed_at is None
+
+
+def test_a_list_search_is_logged_with_its_personal_data_masked(
+    viewer: User, leaky: Conversation
+) -> None:
+    """The second attack: a staff search for a CPF stayed in the access log as typed."""
+    client = _client(viewer)
+    digits = CPF.replace(".", "").replace("-", "")
+    for term in (CPF, digits):
+        response = client.get(CHANGELISTS["conversation"], {"q": term, "o": "1"})
+        assert response.status_code == 200
+    paths = list(StaffAccessLog.objects.filter(username="vera").values_list("path", flat=True))
+    assert len(paths) == 2
+    for path in paths:
+        assert CPF not in path and digits not in path and "%2E" not in path, path
+        assert "CPF_1" in path and "o=1" in path

@@ -429,3 +429,36 @@ def test_spelling_fixes_from_restricted_words_are_undone_for_staff_outside_the_g
     outside = _get(vera, url)
     assert "dossie" not in outside and "dosie" in outside
     assert "dossie" in _get(helena, url)
+
+
+@pytest.mark.parametrize(
+    "note",
+    [
+        # The second attack: Vera read this note on Rita's timeline and turn page.
+        f"evidence: new topic: the turn alone finds '{SALARY_ID}' confidently, outside the "
+        "conversation's documents (both readings agree on it: investigacao)",
+        # The document a note names need not be among the turn's stored hits.
+        f"evidence: follow-up: the turn alone stays among the conversation's documents "
+        f"({SALARY_ID})",
+    ],
+)
+def test_notes_naming_a_restricted_document_by_id_are_scrubbed(
+    documents: dict[str, Document], vera: User, helena: User, note: str
+) -> None:
+    conversation = conversation_create(user=User.objects.get(username="rita"))
+    trace = _turn(
+        conversation,
+        "e as férias?",
+        hits=[(PUBLIC_ID, PUBLIC_TITLE)],
+        answer="São 30 dias por ano [1].",
+        sources=[],
+        rewrite={"notes": [note]},
+    )
+    for url in (
+        reverse("admin:conversations_conversation_change", args=[conversation.pk]),
+        reverse("admin:conversations_turntrace_change", args=[trace.pk]),
+    ):
+        html = _get(vera, url)
+        _assert_hidden(html)
+        assert PLACEHOLDER_DOCUMENT in html
+        assert SALARY_ID in _get(helena, url)

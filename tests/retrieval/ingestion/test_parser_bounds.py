@@ -110,10 +110,10 @@ def test_heading_text_is_stripped_as_before(line: str, heading: str) -> None:
     assert match and parsers._heading_text(match.group(2)) == heading
 
 
-def _docx_with_empty_paragraphs(path: Path, count: int) -> None:
+def _docx_with_empty_paragraphs(path: Path, count: int, paragraph: str = "<w:p/>") -> None:
     """A valid .docx whose body is `count` empty paragraphs (it zips to a few KB)."""
     ns = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
-    body = "<w:p/>" * count
+    body = paragraph * count
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr(
             "[Content_Types].xml",
@@ -148,6 +148,80 @@ def test_the_attack_docx_of_millions_of_empty_paragraphs_is_refused_fast(tmp_pat
         parse_file_isolated(path, max_bytes=20 * MB)
     elapsed = time.perf_counter() - start
     print(f"3M-paragraph docx ({path.stat().st_size} bytes) refused in {elapsed:.2f} s")
+
+
+PROSE = (
+    "O empregado tem direito a trinta dias de férias após cada período de doze meses de "
+    "trabalho, que podem ser divididos em até três períodos, um deles de pelo menos catorze "
+    "dias; o pedido é feito ao gestor com trinta dias de antecedência pelo portal."
+)
+
+
+def test_the_attack_docx_of_one_paragraph_repeated_is_refused(tmp_path: Path) -> None:
+    """The second attack: 27 KB of .docx gave 4.8 million characters (3,700 copies of one
+    paragraph) and held the only worker embedding them for more than ten minutes."""
+    path = tmp_path / "repeated.docx"
+    paragraph = f"<w:p><w:r><w:t>{PROSE * 6}</w:t></w:r></w:p>"
+    _docx_with_empty_paragraphs(path, 3_700, paragraph)
+    assert path.stat().st_size < 60_000
+    with pytest.raises(ParseError, match="compressed file that expands"):
+        parse_file(path, max_bytes=20 * MB)
+
+
+def test_a_docx_of_varied_prose_within_the_ratio_still_parses(tmp_path: Path) -> None:
+    import random
+
+    import docx
+
+    # About 3 characters of text per byte of file: what ordinary text compresses to.
+    words = PROSE.replace(";", "").replace(",", "").split() + [f"n{i}" for i in range(3000)]
+    rng = random.Random(14)
+    document = docx.Document()
+    for _ in range(400):
+        document.add_paragraph(" ".join(rng.choice(words) for _ in range(60)))
+    path = tmp_path / "long.docx"
+    document.save(str(path))
+    parsed = parse_file(path, max_bytes=20 * MB)
+    assert len(parsed.text) > 100_000, len(parsed.text)
+
+
+def test_a_pdf_whose_text_expands_past_the_ratio_is_refused(tmp_path: Path) -> None:
+    from pypdf import PdfWriter
+    from pypdf.generic import DecodedStreamObject, NameObject
+
+    writer = PdfWriter()
+    page = writer.add_blank_page(width=600, height=850)
+    lines = " ".join(f"({PROSE[:90]}) Tj 0 -9 Td" for _ in range(3_000))
+    content = DecodedStreamObject()
+    content.set_data(f"BT /F1 8 Tf 10 800 Td {lines} ET".encode())
+    page[NameObject("/Contents")] = writer._add_object(content.flate_encode())
+    font = writer._add_object(_helvetica())
+    page[NameObject("/Resources")] = _resources(font)
+    path = tmp_path / "bomb.pdf"
+    with path.open("wb") as out:
+        writer.write(out)
+    assert path.stat().st_size < 20_000
+    with pytest.raises(ParseError, match="compressed file that expands"):
+        parse_file(path, max_bytes=MB, limits=ParseLimits(min_chars_allowed=10_000))
+    assert parse_file(path, max_bytes=MB, limits=ParseLimits(max_chars_per_byte=1_000)).text
+
+
+def _helvetica() -> Any:
+    from pypdf.generic import DictionaryObject, NameObject
+
+    return DictionaryObject(
+        {
+            NameObject("/Type"): NameObject("/Font"),
+            NameObject("/Subtype"): NameObject("/Type1"),
+            NameObject("/BaseFont"): NameObject("/Helvetica"),
+        }
+    )
+
+
+def _resources(font: Any) -> Any:
+    from pypdf.generic import DictionaryObject, NameObject
+
+    return DictionaryObject({NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})})
 
 
 def test_a_small_docx_still_parses(tmp_path: Path) -> None:
