@@ -358,6 +358,10 @@ CHATRAG_PARSE_MEMORY_MB = env_int("CHATRAG_PARSE_MEMORY_MB", 1024, minimum=64)
 CHATRAG_PARSE_MAX_CHARS = env_int("CHATRAG_PARSE_MAX_CHARS", 5_000_000, minimum=1000)
 CHATRAG_CHUNK_CHARS = env_int("CHATRAG_CHUNK_CHARS", 1200, minimum=200)
 CHATRAG_CHUNK_OVERLAP = env_int("CHATRAG_CHUNK_OVERLAP", 150, minimum=0)
+# Passages one document may have: embedding is the costly part of ingestion (a 1 MB text
+# file is ~800 passages, minutes of a CPU worker), so a longer document is refused with its
+# count instead of holding the worker; 0 means no limit.
+CHATRAG_MAX_PASSAGES_PER_DOCUMENT = env_int("CHATRAG_MAX_PASSAGES_PER_DOCUMENT", 300, minimum=0)
 if CHATRAG_CHUNK_OVERLAP >= CHATRAG_CHUNK_CHARS:
     raise ImproperlyConfigured(
         f"CHATRAG_CHUNK_OVERLAP ({CHATRAG_CHUNK_OVERLAP}) must be smaller than "

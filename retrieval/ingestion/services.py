@@ -296,8 +296,15 @@ def documents_ingest(
                 max_chars=settings.CHATRAG_CHUNK_CHARS,
                 overlap=settings.CHATRAG_CHUNK_OVERLAP,
             )
+            limit = settings.CHATRAG_MAX_PASSAGES_PER_DOCUMENT
             if not drafts:
                 report.outcomes.append(FileOutcome(item.external_id, "error", error="no text"))
+            elif limit and len(drafts) > limit:
+                error = (
+                    f"too long: {len(drafts)} passages, more than "
+                    f"CHATRAG_MAX_PASSAGES_PER_DOCUMENT ({limit}); split the document"
+                )
+                report.outcomes.append(FileOutcome(item.external_id, "error", error=error))
             else:
                 batch.append(_Pending(item, checksum, current, drafts))
                 batch_chunks += len(drafts)

@@ -175,3 +175,19 @@ def test_a_text_that_does_not_tell_its_language_takes_the_configured_default(
     write(tmp_path, "numbers.md", "# 42\n\n1 2 3")
     ingest(tmp_path)
     assert Document.objects.get(external_id="numbers").language == "es"
+
+
+def test_a_document_over_the_passage_limit_is_refused_with_its_count(
+    tmp_path: Path, settings: Any
+) -> None:
+    settings.CHATRAG_MAX_PASSAGES_PER_DOCUMENT = 3
+    settings.CHATRAG_CHUNK_CHARS = 200
+    settings.CHATRAG_CHUNK_OVERLAP = 0
+    write(tmp_path, "long.md", "# Longo\n\n" + "\n\n".join(["a: b " * 40] * 10))
+    write(tmp_path, "short.md", "# Curto\n\nUma linha sobre férias.")
+    report = ingest(tmp_path, embedder=HashingEmbedder())
+    (refused,) = [o for o in report.outcomes if o.status == "error"]
+    assert refused.external_id == "long"
+    assert "passages, more than CHATRAG_MAX_PASSAGES_PER_DOCUMENT (3)" in refused.error
+    assert report.chunks_embedded == 1  # nothing of the long one was embedded
+    assert not Document.objects.filter(external_id="long").exists()
