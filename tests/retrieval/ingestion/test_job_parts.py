@@ -28,6 +28,7 @@ from retrieval.models import Document, IngestionJob
 from retrieval.services import default_collection
 from tests.retrieval.ingestion.test_job_faults import (
     NAMES,
+    WAIT_S,
     EmbeddingServer,
     _documents,
     _status,
@@ -193,7 +194,9 @@ class FirstRequestStalls(EmbeddingServer):
         if not self.requests:
             self.requests.append([])  # counted now, so later requests go straight through
             self.stalled.set()
-            self.released.wait(120)
+            # Held until the test releases it; the bound is only a hang guard, longer than
+            # every wait of the test (a loaded machine starts two workers slowly).
+            self.released.wait(3 * WAIT_S)
             self.requests.pop(0)
         return super()._handle(request)
 
