@@ -8,6 +8,9 @@ from a new question ("e o auxílio-creche, qual o valor?"); the results can:
 - a new topic: the turn alone finds one document confidently (top of both the vector and
   the full-text leg), the topic-aware search agrees on it, and the topic's own search does
   not reach it: the conversation adds nothing, so only the turn's own words are searched;
+- a stray: the turn alone reaches none of the conversation's documents, while a short topic
+  (three words at most) added to it lands confidently on one of them, blind to the turn's
+  own favourite: a follow-up whose words alone wander off (topic-aware reading);
 - a drift: the turn alone reaches none of the documents the conversation's topic reaches,
   yet is no clear new topic: both readings are searched, fused equally;
 - otherwise a follow-up: only the topic-aware reading is kept, and the user's own words are
@@ -25,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .fusion import Hit
+from .text import content_terms
 from .types import SearchQuery
 
 # A leg's rank that counts as "found it confidently".
@@ -34,6 +38,8 @@ CONFIDENT_RANK = 3
 NEIGHBOURHOOD = 5
 # Rare words of its own, unseen in the conversation, that make a turn name a new topic.
 NEW_TERMS = 3
+# A carried topic this short that lands confidently decides a drifting turn (see below).
+FOCUSED_TOPIC_TERMS = 3
 # When undecided, the turn's own reading counts this much beside the topic-aware one.
 BOTH_STANDALONE_WEIGHT = 1.0
 
@@ -75,6 +81,7 @@ def choose_reading(
     results: Sequence[Sequence[Hit]],
     topic_hits: Sequence[Hit] | None,
     new_terms: Sequence[str] = (),
+    topic: str | None = None,
 ) -> ReadingDecision:
     """Keep one of a follow-up's two readings (and drop the other) from search evidence."""
     everything = tuple(range(len(queries)))
@@ -104,6 +111,23 @@ def choose_reading(
         )
         return ReadingDecision(keep, "standalone", reason)
     if around and not set(alone[:NEIGHBOURHOOD]) & set(around):
+        if (
+            len(content_terms(topic or "")) <= FOCUSED_TOPIC_TERMS
+            and _confident(results[contextual])
+            and together[0] in around
+            and alone[0] not in together[:CONFIDENT_RANK]
+        ):
+            # A topic of a few words ("estagiária vale-refeição") that, added to the turn,
+            # lands firmly on a document of the conversation, blind to the turn's own
+            # favourite: a follow-up whose words alone wander off ("desconta alguma coisa
+            # da minha bolsa?"). A long topic lands on its own documents whatever the turn
+            # asks, so it proves nothing (MTRAG's drifts: "Hamnet" after Hamlet's films).
+            keep = tuple(sorted((contextual, *others)))
+            reason = (
+                f"follow-up: the topic-aware reading finds '{together[0]}' confidently, "
+                "among the conversation's documents, and the turn alone strays"
+            )
+            return ReadingDecision(keep, "contextual", reason)
         # The turn alone reaches none of the conversation's documents, yet does not stand
         # out as a new topic: a drift ("and what about its side effects?") as often as a
         # follow-up. Both readings are searched, fused equally (the user's words are the

@@ -213,7 +213,7 @@ def _decide_reading(
     topic_hits: list[Hit] | None,
 ) -> tuple[list[SearchQuery], list[list[Hit]]]:
     """Keep the reading of a follow-up that the search evidence supports (see evidence.py)."""
-    decision = choose_reading(queries, results, topic_hits, rewrite.new_terms)
+    decision = choose_reading(queries, results, topic_hits, rewrite.new_terms, rewrite.topic)
     if decision.reading is None:
         return queries, results
     rewrite.decision = decision.reason

@@ -122,6 +122,27 @@ def test_evidence_searches_both_readings_when_the_turn_alone_leaves_the_conversa
     assert decision.standalone_weight > 0
 
 
+def test_evidence_keeps_the_follow_up_when_a_short_topic_lands_and_the_turn_strays() -> None:
+    # "desconta alguma coisa da minha bolsa?" after the interns' meal allowance: alone, the
+    # words find a payroll page; with the two-word topic, the allowance page leads both
+    # legs and the payroll page is nowhere near its top.
+    allowance, payroll = _hit("vr-intern", 1, 1, 1), _hit("payroll", 2, 2, 1)
+    filler = [_hit(f"other-{n}", 3 + n, 4 + n, 4 + n) for n in range(3)]
+    results = [[allowance, *filler, payroll], [payroll], [payroll]]
+    decision = choose_reading(QUERIES, results, [allowance], topic="estagiária vale-refeição")
+    assert decision.reading == "contextual" and decision.keep == (0,)
+    assert "strays" in decision.reason
+    # A long topic lands on its own documents whatever the turn asks: still undecided.
+    long_topic = "alive film adaptations of Hamlet Romeo and Juliet"
+    assert choose_reading(QUERIES, results, [allowance], topic=long_topic).reading == "both"
+    # And so is a topic-aware reading unsure of its own best document.
+    unsure = _hit("vr-intern", 1, 9, None)
+    decision = choose_reading(
+        QUERIES, [[unsure, *filler, payroll], [payroll], [payroll]], [unsure], topic="vale"
+    )
+    assert decision.reading == "both"
+
+
 def test_a_turn_that_points_back_is_only_searched_with_its_topic() -> None:
     # "y en Chile?" after Spain's vacation: a restriction never starts a new topic, so the
     # user's words alone (which pull up any country's page) are not searched.
