@@ -112,7 +112,7 @@ def choose_reading(
         return ReadingDecision(keep, "standalone", reason)
     if around and not set(alone[:NEIGHBOURHOOD]) & set(around):
         if (
-            len(content_terms(topic or "")) <= FOCUSED_TOPIC_TERMS
+            0 < len(content_terms(topic or "")) <= FOCUSED_TOPIC_TERMS
             and _confident(results[contextual])
             and together[0] in around
             and alone[0] not in together[:CONFIDENT_RANK]
