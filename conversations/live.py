@@ -12,13 +12,15 @@ each user one allowance per replica.
   the asking socket (`turn.stop_ack`). A socket that hears no confirmation while the turn is
   still unanswered tells its user the stop did not get through.
 - The per-user rate limit lives in Django's cache (Redis with REDIS_URL, the database cache
-  otherwise), which every process shares.
+  otherwise), which every process shares: a sliding-window counter, a few cache calls per
+  message whatever the allowance.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +30,7 @@ from django.core.cache import cache
 logger = logging.getLogger(__name__)
 
 RATE_WINDOW_S = 60
-_RATE_KEY = "rate:{user}:{slot}"
+_RATE_KEY = "rate:{user}:{window}"
 
 
 @dataclass
@@ -141,18 +143,29 @@ async def stop_request(message_id: int, *, reply_to: str) -> str:
     return "sent"
 
 
-def rate_limited(user_id: int, *, per_minute: int) -> bool:
-    """Take one of the user's `per_minute` slots of the last minute; True when none is free.
+def rate_limited(user_id: int, *, per_minute: int, now: float | None = None) -> bool:
+    """Count the user's message; True (and not counted) when it is over `per_minute`.
 
-    Each accepted message holds a slot (a cache key) for RATE_WINDOW_S: a sliding window,
-    counted once for all the processes that share the cache. `add` only writes an absent key
-    (atomically in Redis and in the database cache), so two processes never take one slot.
-    A cache that cannot be reached lets the message through: the chat must not stop with it.
+    A sliding-window counter in the shared cache: this minute's count plus the previous
+    minute's, weighted by how much of it still lies within the last RATE_WINDOW_S. Three
+    cache calls whatever the allowance, counted once for every process that shares the
+    cache (`incr` is atomic in Redis; the database cache may miss a count when one user's
+    two messages land on two processes at the same instant). A cache that cannot be reached
+    lets the message through: the chat must not stop with it.
     """
-    keys = [_RATE_KEY.format(user=user_id, slot=slot) for slot in range(per_minute)]
+    now = time.time() if now is None else now
+    window = int(now // RATE_WINDOW_S)
+    current = _RATE_KEY.format(user=user_id, window=window)
+    previous = _RATE_KEY.format(user=user_id, window=window - 1)
     try:
-        held = cache.get_many(keys)
-        return not any(k not in held and cache.add(k, 1, RATE_WINDOW_S) for k in keys)
+        cache.add(current, 0, 2 * RATE_WINDOW_S)
+        count = int(cache.incr(current))
+        before = int(cache.get(previous) or 0)
+        still_counted = 1.0 - (now % RATE_WINDOW_S) / RATE_WINDOW_S
+        if count + before * still_counted > per_minute:
+            cache.decr(current)  # a refused message uses up nothing
+            return True
+        return False
     except Exception as exc:
         logger.error("rate limit not applied (the cache is unreachable): %r", exc)
         return False
