@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
 from dataclasses import replace
 from datetime import date
 from typing import Any
 
-from retrieval.pipeline.fusion import Hit
 from retrieval.pipeline.llm import FakeChat, LLMHTTPError
 from retrieval.pipeline.retrieve import RetrievalOutcome, RetrievalSettings, RewriteMode, retrieve
 from retrieval.pipeline.rewrite_cache import cache_key, from_state, to_state
 from retrieval.pipeline.rewrite_llm import llm_policy
 from retrieval.pipeline.rewrite_rules import POLICY_VERSION
-from retrieval.pipeline.search import Scope, SearchParams, SearchRequest
+from retrieval.pipeline.search import Scope
 from retrieval.pipeline.types import GlossaryEntry, HistoryMessage, LexiconView, RewriteInput
+from tests.retrieval.pipeline.test_rewrite_policy import NothingFound
 
 TODAY = date(2026, 12, 1)
 HISTORY = [
@@ -34,13 +33,6 @@ REPLY = json.dumps(
         "clarification": None,
     }
 )
-
-
-class NothingFound:
-    def search_many(
-        self, requests: Sequence[SearchRequest], scope: Scope, params: SearchParams
-    ) -> list[list[Hit]]:
-        return [[] for _ in requests]
 
 
 class DictCache:
