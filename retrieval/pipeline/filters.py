@@ -21,7 +21,7 @@ from datetime import date
 
 from .fusion import MergedHit
 from .rewrite_rules.slots import countries_in, country_spans, slot_of
-from .text import normalize, token_spans
+from .text import Token, normalize, token_spans
 from .types import SearchQuery
 
 # "no Uruguai", "en Brasil", "in Germany": where the rule applies. A country after "para",
@@ -33,15 +33,21 @@ _ARTICLES = frozenset({"o", "a", "el", "la", "the"})
 
 def locative_countries(text: str) -> frozenset[str]:
     """Return the countries `text` places something in ("no Uruguai", "en el Perú")."""
-    tokens = token_spans(text)
-    found: set[str] = set()
+    return _countries(token_spans(text))[0]
+
+
+def _countries(tokens: Sequence[Token]) -> tuple[frozenset[str], frozenset[str]]:
+    """Return (the countries placed after a locative preposition, every country named)."""
+    placed: set[str] = set()
+    named: set[str] = set()
     for first, _last, key in country_spans(tokens):
+        named.add(key)
         before = first - 1
         if before >= 0 and tokens[before].norm in _ARTICLES:
             before -= 1
         if before >= 0 and tokens[before].norm in _LOCATIVE:
-            found.add(key)
-    return frozenset(found)
+            placed.add(key)
+    return frozenset(placed), frozenset(named)
 
 
 def turn_countries(
@@ -55,12 +61,13 @@ def turn_countries(
     found: set[str] = set()
     earlier: frozenset[str] | None = None
     for query in queries:
-        found |= locative_countries(query.text)
-        named = countries_in(token_spans(query.text)) - found
-        if query.reading == "contextual" and named:
+        placed, named = _countries(token_spans(query.text))
+        found |= placed
+        carried = named - found
+        if query.reading == "contextual" and carried:
             if earlier is None:
                 earlier = frozenset().union(*(locative_countries(t) for t in earlier_questions))
-            found |= named & earlier
+            found |= carried & earlier
     return frozenset(found)
 
 
