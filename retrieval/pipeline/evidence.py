@@ -25,9 +25,9 @@ follow-up gains and drops the old topic after a switch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from .fusion import Hit
+from .fusion import Hit, MergedHit
 from .text import content_terms
 from .types import SearchQuery
 
@@ -143,6 +143,68 @@ def choose_reading(
     else:
         reason = "follow-up: the turn alone finds nothing confidently"
     return ReadingDecision(keep, "contextual", reason)
+
+
+# The conversation's last reply was written from its documents (in the chat, quoted from
+# them): in a follow-up they win close calls. Its words are searched on the full-text leg
+# alone, like the topic probe, and its best documents gain this share of the best fused
+# score; enough to break a near tie, never to outvote what the turn's own search found.
+REPLY_DOCUMENTS = 3
+REPLY_BOOST = 0.1
+
+
+def reply_probe(window_texts: Sequence[tuple[str, str]]) -> str | None:
+    """The words of the conversation's last reply, to search where it came from.
+
+    `window_texts` are the window's (role, text) pairs, oldest first."""
+    for role, text in reversed(window_texts):
+        if role == "assistant":
+            words = list(dict.fromkeys(content_terms(text)))
+            return " ".join(words) or None
+    return None
+
+
+def favour_reply_documents(
+    merged: Sequence[MergedHit],
+    reply_hits: Sequence[Hit],
+    asked: Sequence[str],
+) -> tuple[list[MergedHit], list[str]]:
+    """Lift the last reply's documents a little; return the new order and those lifted.
+
+    A document is not lifted past one whose title names a word of the question that its
+    own title lacks ("e para quem é PJ?" after the employees' health-plan answer: the PJ
+    page's title says "PJ", so the previous answer's page may not pass it)."""
+    reply = _documents(reply_hits)[:REPLY_DOCUMENTS]
+    if not merged or not reply:
+        return list(merged), []
+    rank = {d: i for i, d in enumerate(reply)}
+    # Two letters count here: an acronym ("PJ", "IR") names a page as well as a word does.
+    wanted = frozenset(w[:_STEM] for w in asked if len(w) > 1)
+    named: dict[str, frozenset[str]] = {}
+    for item in merged:
+        title = frozenset(w[:_STEM] for w in content_terms(item.hit.title) if len(w) > 1)
+        named.setdefault(item.hit.external_id, wanted & title)
+    above: list[str] = []
+    blocked: set[str] = set()
+    for item in merged:
+        document = item.hit.external_id
+        if document in rank and document not in above:
+            if any(named[other] - named[document] for other in above):
+                blocked.add(document)
+        if document not in above:
+            above.append(document)
+    best = merged[0].score
+    out = [
+        replace(item, score=item.score + REPLY_BOOST * best / (1 + rank[item.hit.external_id]))
+        if item.hit.external_id in rank and item.hit.external_id not in blocked
+        else item
+        for item in merged
+    ]
+    out.sort(key=lambda m: (-m.score, m.hit.chunk_id))
+    before = _documents([m.hit for m in merged])
+    after = _documents([m.hit for m in out])
+    lifted = [d for d in after if d in rank and after.index(d) < before.index(d)]
+    return out, lifted
 
 
 # A short question's words, beyond facets such as "prazo" or "valor", that may still leave

@@ -16,7 +16,13 @@ from datetime import date
 from typing import Any, Literal, Protocol
 
 from .dictionary import known_words
-from .evidence import ambiguous_documents, choose_reading, clarification_question
+from .evidence import (
+    ambiguous_documents,
+    choose_reading,
+    clarification_question,
+    favour_reply_documents,
+    reply_probe,
+)
 from .filters import prefer_countries, prefer_current, turn_countries, version_ask
 from .fusion import FusionStrategy, Hit, MergedHit, cut_passages, merge_results
 from .glossary import find_glossary_hits
@@ -281,7 +287,10 @@ async def retrieve(
     queries = search_queries(rewrite, masked_question, settings.query_weights)
     # A follow-up's topic is searched alone as evidence of where the conversation is.
     probe = rewrite.topic if any(q.reading == "contextual" for q in queries) else None
-    texts = [q.text for q in queries] + ([probe] if probe else [])
+    # And the last reply's words, as evidence of which documents it came from.
+    reply = reply_probe([(m.role, m.text) for m in window]) if probe else None
+    probes = [text for text in (probe, reply) if text]
+    texts = [q.text for q in queries] + probes
     t = time.perf_counter()
     vectors: list[list[float]] = []
     # The probe runs on the full-text leg only: the topic's own words locate the
@@ -299,8 +308,8 @@ async def retrieve(
     t = time.perf_counter()
     if not vectors:  # embedder down: each query runs with its full-text leg only
         vectors = [[] for _ in embedded]
-    vectors = vectors + ([[]] if probe else [])
-    areas = [q.area for q in queries] + ([None] if probe else [])
+    vectors = vectors + [[] for _ in probes]
+    areas = [q.area for q in queries] + [None for _ in probes]
     requests = [
         SearchRequest(text=text, vector=vector, area=area)
         for text, vector, area in zip(texts, vectors, areas, strict=True)
@@ -313,6 +322,7 @@ async def retrieve(
             errors.append(f"search failed: {exc.__class__.__name__}")
             results = [[] for _ in requests]
     timings["search"] = _ms(t)
+    reply_hits = results.pop() if reply else None
     topic_hits = results.pop() if probe else None
     queries, results = _decide_reading(rewrite, queries, results, topic_hits)
     countries = turn_countries(queries, [m.text for m in window if m.role == "user"])
@@ -332,6 +342,17 @@ async def retrieve(
     split = any(q.type == "decompose" for q in queries)
     strategy: FusionStrategy = "max" if split else settings.fusion
     merged = merge_results(queries, results, strategy=strategy, rrf_k=settings.rrf_k)
+    if reply_hits and not split and any(q.reading == "contextual" for q in queries):
+        asked = content_terms(masked_question) + [
+            word for h in rewrite.glossary_hits for word in content_terms(h.expansion)
+        ]
+        merged, lifted = favour_reply_documents(merged, reply_hits, asked)
+        if lifted:
+            rewrite.notes.append(
+                "evidence: the last reply's documents win close calls ("
+                + ", ".join(lifted)
+                + " moved up)"
+            )
     merged, version_note = prefer_current(merged, version_ask([q.text for q in queries], today))
     if version_note:
         rewrite.notes.append(version_note)

@@ -9,11 +9,14 @@ from __future__ import annotations
 import pytest
 
 from retrieval.pipeline.evidence import (
+    REPLY_BOOST,
     ambiguous_documents,
     choose_reading,
     clarification_question,
+    favour_reply_documents,
+    reply_probe,
 )
-from retrieval.pipeline.fusion import Hit
+from retrieval.pipeline.fusion import Hit, MergedHit
 from retrieval.pipeline.rewrite_rules import rewrite_with_rules
 from retrieval.pipeline.rewrite_rules.core import clean_query
 from retrieval.pipeline.rewrite_rules.lexicon import Stats
@@ -141,6 +144,49 @@ def test_evidence_keeps_the_follow_up_when_a_short_topic_lands_and_the_turn_stra
         QUERIES, [[unsure, *filler, payroll], [payroll], [payroll]], [unsure], topic="vale"
     )
     assert decision.reading == "both"
+
+
+def _merged(doc: str, chunk: int, score: float, title: str | None = None) -> MergedHit:
+    hit = Hit(chunk, chunk, doc, title or doc, "", "", 0, "", 1, 1, score)
+    return MergedHit(hit=hit, score=score)
+
+
+def test_the_reply_probe_is_the_last_replys_own_words() -> None:
+    window = [
+        ("user", "como incluo minha esposa no plano?"),
+        ("assistant", "Pela política de dependentes da assistência médica, no portal."),
+        ("user", "quanto sai por mês pra mim?"),
+    ]
+    probe = reply_probe(window)
+    assert probe is not None
+    assert "dependentes" in probe and "assistencia" in probe and "medica" in probe
+    assert "quanto" not in probe  # the user's words are the turn's, not the reply's
+    assert reply_probe([("user", "oi")]) is None
+
+
+def test_the_last_replys_document_wins_a_close_call_but_not_a_clear_lead() -> None:
+    # "quanto sai por mês pra mim?" after the dependants' answer: the dental page leads the
+    # fused list by a hair; the reply was written from the health plan's dependants page.
+    dental, health = _merged("dental", 1, 0.0330), _merged("health", 2, 0.0325)
+    reply_hits = [health.hit, dental.hit]
+    order, lifted = favour_reply_documents([dental, health], reply_hits, ["quanto", "mes"])
+    assert [m.hit.external_id for m in order] == ["health", "dental"] and lifted == ["health"]
+    # What the turn's own search found clearly first stays first.
+    far = _merged("health", 2, 0.0330 * (1 - 2 * REPLY_BOOST))
+    order, lifted = favour_reply_documents([dental, far], reply_hits[:1], ["quanto", "mes"])
+    assert [m.hit.external_id for m in order] == ["dental", "health"] and lifted == []
+
+
+def test_the_last_replys_document_never_passes_a_page_whose_title_names_the_question() -> None:
+    # "e para quem é PJ?" after the employees' health-plan answer: the PJ page says "PJ" in
+    # its title, the reply's page does not, so the reply cannot lift its page past it.
+    pj = _merged("pj", 1, 0.0330, "Plano de saúde — prestadores PJ")
+    clt = _merged("clt", 2, 0.0329, "Plano de saúde — colaboradores")
+    order, lifted = favour_reply_documents([pj, clt], [clt.hit], ["pj"])
+    assert [m.hit.external_id for m in order] == ["pj", "clt"] and lifted == []
+    # The same pair, asked with no word either title has: the reply's page wins the tie.
+    order, lifted = favour_reply_documents([pj, clt], [clt.hit], ["quanto", "custa"])
+    assert [m.hit.external_id for m in order] == ["clt", "pj"] and lifted == ["clt"]
 
 
 def test_a_turn_that_points_back_is_only_searched_with_its_topic() -> None:
