@@ -441,6 +441,28 @@ def _lines(passage: Passage, rank: int, language: str) -> list[_Line]:
     return out
 
 
+def _whole_sentences(lines: list[_Line]) -> list[_Line]:
+    """A chunk after a document's first may open mid-sentence (chunks overlap at a word
+    boundary, not a sentence's): that fragment goes when another passage holds the whole
+    sentence, and otherwise shows that it is cut ("…é pago na rescisão")."""
+    out: list[_Line] = []
+    for line in lines:
+        cut = line.order == 0 and line.passage.position > 0 and line.text[:1].islower()
+        if not cut:
+            out.append(line)
+            continue
+        tail = normalize(line.text)
+        whole = any(
+            other is not line
+            and other.passage is not line.passage
+            and normalize(other.text).endswith(tail)
+            for other in lines
+        )
+        if not whole:
+            out.append(replace(line, text="…" + line.text))
+    return out
+
+
 def _question_terms(
     question: str, queries: Sequence[str], rewrite: RewriteResult | None, language: str
 ) -> dict[str, float]:
@@ -573,7 +595,9 @@ def extractive_answer(
     order: dict[str, int] = {}
     for p in passages:
         order.setdefault(_document(p), len(order))
-    lines = [line for p in passages for line in _lines(p, order[_document(p)], language)]
+    lines = _whole_sentences(
+        [line for p in passages for line in _lines(p, order[_document(p)], language)]
+    )
     if not lines:
         first = passages[0]
         return f"{_FOUND[language]}\n\n{_plain(first.text)[:400]} [{first.number}]"
@@ -691,8 +715,8 @@ def _choose(
 
     `lead` is the document the question's own search ranked first (default: the top
     passage's)."""
-    scored = [(_score(line, terms, idf, kind, context[id(line.passage)]), line) for line in lines]
-    scored = [(s, line) for s, line in scored if s > 0]
+    every = [(_score(line, terms, idf, kind, context[id(line.passage)]), line) for line in lines]
+    scored = [(s, line) for s, line in every if s > 0]
     if not scored:
         top = [line for line in lines if line.rank == 0][:2]
         scored = [(1.0 - 0.01 * i, line) for i, line in enumerate(top)]
@@ -708,6 +732,8 @@ def _choose(
     if primary not in fit or fit[challenger] > SWITCH_RATIO * fit[primary]:
         primary = challenger
     chosen = _pick(by_document[primary], best_score, limit=limit)
+    own = [item for item in every if _document(item[1].passage) == primary]
+    chosen = _with_asked_kind(chosen, own, kind, limit)
     primary_text = set().union(
         *(line.stems for line in lines if _document(line.passage) == primary),
         *(context[id(p)] for p in passages if _document(p) == primary),
@@ -726,6 +752,31 @@ def _choose(
         chosen += extra
         missing -= {st for _, line in extra for st in line.stems}
     return _with_steps(chosen, lines, kind)
+
+
+# Kinds whose answer is a figure the line must state: a date or duration, an amount.
+_FIGURE_KINDS: frozenset[AnswerKind] = frozenset({"duration", "amount"})
+
+
+def _with_asked_kind(
+    chosen: list[tuple[float, _Line]],
+    candidates: Sequence[tuple[float, _Line]],
+    kind: AnswerKind | None,
+    limit: int,
+) -> list[tuple[float, _Line]]:
+    """A question that asks when or how much gets the document's best line that says it,
+    first, even when other lines share more of its words ("cuándo cobramos el aguinaldo?":
+    the line with the two dates names neither "cobrar" nor "aguinaldo")."""
+    if kind not in _FIGURE_KINDS or not chosen:
+        return chosen
+    says = _KIND_EVIDENCE[kind]
+    if any(says.search(normalize(line.text)) for _, line in chosen):
+        return chosen
+    fitting = [item for item in candidates if says.search(normalize(item[1].text))]
+    if not fitting:
+        return chosen
+    best = max(fitting, key=lambda item: (item[0], -item[1].rank, -item[1].order))
+    return [best, *chosen[: max(0, limit - 1)]]
 
 
 def _document_fit(by_document: Mapping[str, list[tuple[float, _Line]]]) -> dict[str, float]:

@@ -401,3 +401,59 @@ def test_como_inside_a_clause_does_not_ask_for_steps() -> None:
     assert answer_kind("e como incluo meu marido no convênio?") == "steps"
     assert answer_kind("vou viajar, como peço a diária?") == "steps"
     assert answer_kind("hora de voo conta como extra?") is None
+
+
+AGUINALDO = "Sueldo anual complementario — Uruguay"
+
+
+def test_a_when_question_gets_the_line_with_the_dates_though_it_shares_no_word() -> None:
+    # d-068-style: "cobramos" meets "cobradas" in two lines; the line that answers "cuándo"
+    # says "lo abona" and names neither the verb nor "aguinaldo", but states both dates.
+    passage = Passage(
+        1,
+        AGUINALDO,
+        "",
+        "El sueldo anual complementario equivale a la doceava parte de lo percibido. "
+        "La empresa lo abona en dos cuotas: la primera se paga antes del 30 de junio; la "
+        "segunda, antes del 20 de diciembre. "
+        "Al finalizar la relación laboral se liquida la parte generada y no cobrada. "
+        "Quienes ingresan durante el semestre perciben lo efectivamente cobrado.",
+        document="aguinaldo",
+    )
+    text = _answer("cuándo cobramos el aguinaldo?", passage, language="es")
+    body = text.split("\n\n", 1)[1]
+    assert body.lstrip("- ").startswith("La empresa lo abona en dos cuotas")
+    assert "30 de junio" in body and "20 de diciembre" in body
+    # Without a kind to ask for, nothing is forced in: the shared words decide.
+    plain = _answer("aguinaldo al finalizar la relación laboral", passage, language="es")
+    assert "liquida la parte generada" in plain.split("\n\n", 1)[1].splitlines()[0]
+
+
+def test_a_chunk_that_opens_mid_sentence_never_shows_the_fragment() -> None:
+    # Chunks overlap at a word, not at a sentence: the second one starts "é pago na
+    # rescisão". With the first chunk among the passages the sentence is said whole.
+    first = Passage(
+        1,
+        "Décimo terceiro salário",
+        "",
+        "O décimo terceiro é pago em duas parcelas. Em caso de desligamento, o valor "
+        "proporcional é pago na rescisão, exceto na dispensa por justa causa.",
+        document="13",
+        position=0,
+    )
+    second = Passage(
+        2,
+        "Décimo terceiro salário",
+        "",
+        "é pago na rescisão, exceto na dispensa por justa causa. Estagiários não recebem "
+        "décimo terceiro, pois não têm vínculo.",
+        document="13",
+        position=1,
+    )
+    question = "recebo o décimo terceiro na rescisão por justa causa?"
+    text = _answer(question, second, first)
+    assert "\n- é pago" not in text and "\né pago" not in text
+    assert "o valor proporcional é pago na rescisão" in text
+    # Alone, the fragment says that it is cut.
+    alone = _answer(question, second)
+    assert "…é pago na rescisão" in alone
