@@ -30,6 +30,7 @@ from typing import Literal
 
 import snowballstemmer
 
+from ..rewrite_rules.cues import after_switch_announcement
 from ..text import detect_language, is_content_word, normalize, stopwords_for, token_spans
 from ..types import RewriteResult
 from .grounded import Passage, label
@@ -540,7 +541,9 @@ def _score(
 
 
 def _subject(question: str, language: str, kind: AnswerKind | None) -> str:
-    """The person's own words, trimmed of cue words and small words at both ends."""
+    """The person's own words, trimmed of cue words and small words at both ends (and of
+    an opening "mudando de assunto,")."""
+    question = after_switch_announcement(question)
     tokens = token_spans(question)
     stop = stopwords_for(language)
     keep = [

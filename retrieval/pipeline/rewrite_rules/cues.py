@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from retrieval.pipeline.text import LANGUAGES, Token
+from retrieval.pipeline.text import LANGUAGES, Token, token_spans
 
 _LANGS: tuple[str, ...] = LANGUAGES
 
@@ -318,6 +318,36 @@ def is_topic_switch(tokens: Sequence[Token]) -> bool:
         if any(tuple(head[i : i + size]) == phrase for i in range(len(head) - size + 1)):
             return True
     return False
+
+
+_PREAMBLE_END = re.compile(r"\s*[,:;.!—–-]+\s*")
+
+
+def after_switch_announcement(text: str) -> str:
+    """The question after a leading announcement of a new subject: "mudando de assunto,
+    como funciona o banco de horas?" -> "como funciona o banco de horas?". Text with no
+    such announcement, or nothing after it, comes back as it was."""
+    tokens = token_spans(text)
+    head = [t.norm for t in tokens[: _SWITCH_OPENING + 1]]
+    end = -1
+    announced = (
+        (verb, link, noun)
+        for verb in _SWITCH_VERBS
+        for link in ("de", "the")
+        for noun in _SWITCH_NOUNS
+    )
+    for phrase in (*_SWITCH_PHRASES, *announced):
+        size = len(phrase)
+        for i in range(len(head) - size + 1):
+            if tuple(head[i : i + size]) == phrase:
+                end = max(end, i + size - 1)
+    if end < 0:
+        return text
+    if end + 1 < len(tokens) and tokens[end + 1].norm in _SWITCH_NOUNS:
+        end += 1  # "mudando de assunto": the phrase "mudando de" names its noun after it
+    mark = _PREAMBLE_END.match(text, tokens[end].end)
+    rest = text[mark.end() :] if mark else ""
+    return rest if len(token_spans(rest)) >= 2 else text
 
 
 def starts_clause(tokens: Sequence[Token], lang: str | None) -> bool:

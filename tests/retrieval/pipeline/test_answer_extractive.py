@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from retrieval.pipeline.answer import Passage, clean_citations, extractive_answer
 from retrieval.pipeline.answer.extractive import answer_kind
+from retrieval.pipeline.rewrite_rules.cues import after_switch_announcement
 from retrieval.pipeline.types import RewriteResult, SearchQuery
 
 HOTEL = Passage(
@@ -457,3 +458,28 @@ def test_a_chunk_that_opens_mid_sentence_never_shows_the_fragment() -> None:
     # Alone, the fragment says that it is cut.
     alone = _answer(question, second)
     assert "…é pago na rescisão" in alone
+
+
+def test_the_opening_line_leaves_out_the_announcement_of_a_new_subject() -> None:
+    passage = Passage(
+        1,
+        "Banco de horas",
+        "",
+        "O banco de horas permite compensar horas extras com folgas. "
+        "As horas devem ser compensadas em até seis meses.",
+        document="banco",
+    )
+    for question, opening in [
+        ("mudando de assunto, como funciona o banco de horas?", "Sobre banco de horas:"),
+        ("outra pergunta: como funciona o banco de horas?", "Sobre banco de horas:"),
+        ("cambiando de tema, ¿cómo funciona el banco de horas?", "Sobre banco de horas:"),
+    ]:
+        language = "es" if "cambiando" in question else "pt"
+        assert _answer(question, passage, language=language).startswith(opening)
+    # "outra coisa" inside the question is the question, not an announcement.
+    assert after_switch_announcement("posso fazer outra coisa?") == "posso fazer outra coisa?"
+    assert after_switch_announcement("outra pergunta") == "outra pergunta"
+    assert (
+        after_switch_announcement("changing the subject, how do I request a laptop?")
+        == "how do I request a laptop?"
+    )
