@@ -3,7 +3,7 @@ hold no inline code that the policy would block (issue 14: the admin sent no CSP
 
 The policy allows no inline script, no `<style>`, no `style=` attribute and no event handler
 attribute, so every admin page is fetched as a superuser (who sees every widget and action)
-and read for them. `tests/browser/test_admin_csp.py` checks the same pages in chromium.
+and read for them. `tests/browser/test_admin_browser.py` checks the same pages in chromium.
 """
 
 from __future__ import annotations
