@@ -221,6 +221,11 @@ class _HTMLSections(HTMLParser):
             self._buffer.append(data)
 
     def close(self) -> None:
+        # A comment or CDATA section left open runs to the end of the file, hidden, as a
+        # browser shows it; Python 3.11's html.parser would hand it over as text, so that
+        # words no reader sees (an injection, say) were indexed.
+        if self.rawdata.lstrip()[:9].lower().startswith(("<!--", "<![cdata[")):
+            self.rawdata = ""
         super().close()
         self._flush()
 
