@@ -389,3 +389,16 @@ def test_a_pdf_is_refused_on_its_declared_page_count_before_its_tree_is_walked(
     with pytest.raises(ParseError, match="more than 5 pages"):
         parse_file(low, max_bytes=MB, limits=limits)
     assert parse_file(low, max_bytes=MB).sections
+
+
+def test_a_pdf_page_of_too_much_text_is_refused_while_it_is_read(tmp_path: Path) -> None:
+    """The hostile upload's page (5 MB of text operators in 22 KB) is refused as pypdf reads
+    it, at the budget; read whole, it took minutes of CPU (6.6 min here) and so always met the
+    time limit instead. The limit here is a hang guard, far above the refusal's seconds."""
+    from tests.hostile_uploads import HOSTILE_UPLOADS
+
+    [bomb] = [u for u in HOSTILE_UPLOADS if u.name == "text_bomb.pdf"]
+    path = tmp_path / bomb.name
+    bomb.write(path)
+    with pytest.raises(ParseError, match="compressed file that expands"):
+        parse_file_isolated(path, max_bytes=MB, limits=ParseLimits(seconds=120))
