@@ -264,8 +264,8 @@ def parse_pdf(
 
             def count(text: str, *_: Any) -> None:
                 # Counted as pypdf reads the page, so a page of a million characters from
-                # a few KB stops at the budget instead of being read whole (about 2 s of
-                # CPU for the hostile upload, instead of the 10 s time limit).
+                # a few KB stops at the budget instead of being read whole (3 s of CPU
+                # for the hostile upload, against minutes and so the 10 s time limit).
                 nonlocal seen
                 seen += len(text)
                 _check_chars(seen, limits, size=size)
