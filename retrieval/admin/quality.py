@@ -112,13 +112,17 @@ class EvalCaseAdmin(admin.ModelAdmin[EvalCase]):
             obj.created_by = request_user(request)
         super().save_model(request, obj, form, change)
 
-    @admin.action(description=gettext_lazy("Use selected cases in evaluations"))
+    @admin.action(
+        description=gettext_lazy("Use selected cases in evaluations"), permissions=["change"]
+    )
     def activate(self, request: HttpRequest, queryset: QuerySet[EvalCase]) -> None:
         self.message_user(
             request, _("%(count)d cases on.") % {"count": queryset.update(active=True)}
         )
 
-    @admin.action(description=gettext_lazy("Leave selected cases out of evaluations"))
+    @admin.action(
+        description=gettext_lazy("Leave selected cases out of evaluations"), permissions=["change"]
+    )
     def deactivate(self, request: HttpRequest, queryset: QuerySet[EvalCase]) -> None:
         count = queryset.update(active=False)
         self.message_user(request, _("%(count)d cases off.") % {"count": count})

@@ -135,3 +135,44 @@ def test_a_list_search_is_logged_with_its_personal_data_masked(
     for path in paths:
         assert CPF not in path and digits not in path and "%2E" not in path, path
         assert "CPF_1" in path and "o=1" in path
+
+
+# Admin actions that change nothing anyone can see; every other action changes state and
+# must ask for more than the view permission (issue 14, point 7).
+READ_ONLY_ACTIONS = {
+    ("retrieval", "glossaryentry", "export_selected"),  # a download
+    # django-axes' own: deletes only expired attempts, which axes itself deletes at every
+    # login ("Cleaned up 0 expired access attempts"); they no longer count for a lockout.
+    ("axes", "accessattempt", "cleanup_expired_attempts"),
+}
+
+
+def test_every_admin_action_that_changes_state_asks_for_a_change_permission() -> None:
+    from django.contrib import admin
+
+    lax = []
+    for model, model_admin in admin.site._registry.items():
+        for action in model_admin.actions or []:
+            func = getattr(model_admin, action) if isinstance(action, str) else action
+            name = func.__name__
+            if (model._meta.app_label, model._meta.model_name, name) in READ_ONLY_ACTIONS:
+                continue
+            asked = set(getattr(func, "allowed_permissions", ()))
+            if not asked - {"view"}:
+                lax.append(f"{model._meta.label}.{name}")
+    assert lax == []
+
+
+def test_view_only_staff_cannot_switch_evaluation_cases_off(db: None) -> None:
+    from retrieval.models import EvalCase
+    from retrieval.services import default_collection
+
+    case = EvalCase.objects.create(collection=default_collection(), question="regra do VR")
+    user = User.objects.create_user("eve", password="pw-eve-123", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename="view_evalcase"))
+    client = _client(user)
+    url = "/admin/retrieval/evalcase/"
+    assert client.get(url).status_code == 200
+    client.post(url, {"action": "deactivate", "_selected_action": [case.pk]})
+    case.refresh_from_db()
+    assert case.active

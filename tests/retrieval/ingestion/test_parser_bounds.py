@@ -325,3 +325,80 @@ def test_a_job_whose_worker_died_reading_a_file_is_not_queued_again(
     assert killer.status == IngestionJob.Status.FAILED
     assert killer.report["failed_on"] == "bomb.docx"
     assert "not queued again" in killer.report["error"]
+
+
+def test_a_docx_of_too_many_tags_is_refused_before_its_xml_is_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counting the tags settles the attack's file without iterparse (a C byte count)."""
+    from lxml import etree
+
+    path = tmp_path / "empty-paragraphs.docx"
+    _docx_with_empty_paragraphs(path, 3_000_000)
+
+    def no_iterparse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the XML was parsed")
+
+    monkeypatch.setattr(etree, "iterparse", no_iterparse)
+    with pytest.raises(ParseError, match="more than 1,000,000 XML elements"):
+        parsers._docx_bounded(path, parsers.DEFAULT_LIMITS)
+
+
+@pytest.mark.parametrize(
+    ("paragraph", "count", "refused"),
+    [
+        # Tags: the declaration, document and body (5), then the paragraphs'.
+        ("<w:p/>", 990, False),  # 995 tags, no more than the cap: not parsed
+        ("<w:p></w:p><w:p/>", 495, False),  # 1,490 tags: parsed, 992 elements
+        ("<w:p></w:p><w:p/>", 550, True),  # 1,655 tags: parsed, 1,102 elements
+        ("<w:p></w:p>", 999, True),  # 2,003 tags, more than twice the cap: refused at once
+    ],
+)
+def test_the_docx_element_cap_counts_elements_not_tags(
+    tmp_path: Path, paragraph: str, count: int, refused: bool
+) -> None:
+    path = tmp_path / "p.docx"
+    _docx_with_empty_paragraphs(path, count, paragraph)
+    limits = ParseLimits(max_docx_elements=1_000)
+    if refused:
+        with pytest.raises(ParseError, match="more than 1,000 XML elements"):
+            parsers._docx_bounded(path, limits)
+    else:
+        parsers._docx_bounded(path, limits)
+
+
+def _pdf_of_pages(path: Path, pages: int, declared: int) -> None:
+    from tests.hostile_uploads import pdf
+
+    pdf(path, b"BT /F1 8 Tf 10 800 Td (x) Tj ET", pages=pages)
+    real, lie = b"/Count %d >>" % pages, b"/Count %d >>" % declared
+    assert len(real) == len(lie)  # the cross-reference offsets stay right
+    path.write_bytes(path.read_bytes().replace(real, lie))
+
+
+def test_a_pdf_is_refused_on_its_declared_page_count_before_its_tree_is_walked(
+    tmp_path: Path,
+) -> None:
+    high = tmp_path / "high.pdf"
+    _pdf_of_pages(high, 3, 9)  # three pages that say they are nine
+    limits = ParseLimits(max_pdf_pages=5)
+    with pytest.raises(ParseError, match="more than 5 pages"):
+        parse_file(high, max_bytes=MB, limits=limits)
+    low = tmp_path / "low.pdf"
+    _pdf_of_pages(low, 7, 1)  # seven that say they are one: counted all the same
+    with pytest.raises(ParseError, match="more than 5 pages"):
+        parse_file(low, max_bytes=MB, limits=limits)
+    assert parse_file(low, max_bytes=MB).sections
+
+
+def test_a_pdf_page_of_too_much_text_is_refused_while_it_is_read(tmp_path: Path) -> None:
+    """The hostile upload's page (5 MB of text operators in 22 KB) is refused as pypdf reads
+    it, at the budget; read whole, it took minutes of CPU (6.6 min here) and so always met the
+    time limit instead. The limit here is a hang guard, far above the refusal's seconds."""
+    from tests.hostile_uploads import HOSTILE_UPLOADS
+
+    [bomb] = [u for u in HOSTILE_UPLOADS if u.name == "text_bomb.pdf"]
+    path = tmp_path / bomb.name
+    bomb.write(path)
+    with pytest.raises(ParseError, match="compressed file that expands"):
+        parse_file_isolated(path, max_bytes=MB, limits=ParseLimits(seconds=120))
