@@ -16,6 +16,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from chatrag.middleware import DAPHNE_QUIET
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -35,7 +37,7 @@ def free_port() -> int:
 
 def start_web(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
     """Start daphne on 127.0.0.1:`port` with `env`, its output going to `log`."""
-    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    command = [sys.executable, "-m", "daphne", *DAPHNE_QUIET, "-b", "127.0.0.1", "-p", str(port)]
     with log.open("ab") as out:
         return subprocess.Popen(
             [*command, "chatrag.asgi:application"],
@@ -99,7 +101,8 @@ def main() -> int:
         var_dir.mkdir(parents=True, exist_ok=True)
         worker += ["-B", "--schedule", str(var_dir / "celerybeat-schedule")]
         children.append(subprocess.Popen(worker, cwd=BASE_DIR))
-        web = [sys.executable, "-m", "daphne", "-b", host, "-p", port, "chatrag.asgi:application"]
+        web = [sys.executable, "-m", "daphne", *DAPHNE_QUIET, "-b", host, "-p", port]
+        web.append("chatrag.asgi:application")
         children.append(subprocess.Popen(web, cwd=BASE_DIR))
         print(f"\nchatrag is running on http://{host}:{port}/  (Ctrl-C stops everything)\n")
         # Ctrl-C reaches the children too (same process group); stop on it, or on SIGTERM,

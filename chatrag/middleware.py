@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 
 from django.conf import settings
@@ -33,3 +35,35 @@ class SecurityHeadersMiddleware:
             "Permissions-Policy", "camera=(), microphone=(), geolocation=(), payment=()"
         )
         return response
+
+
+access_log = logging.getLogger("chatrag.access")
+
+
+class AccessLogMiddleware:
+    """One line per request, without the query string: an admin search (`?q=<a CPF>`) or
+    any other GET parameter never reaches the server's log. It replaces daphne's own access
+    log, which writes the whole URL (the servers run with `-v 0`, see DAPHNE_QUIET)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        started = time.perf_counter()
+        response = self.get_response(request)
+        user = getattr(request, "user", None)
+        who = str(user.pk) if user is not None and user.is_authenticated else "-"
+        access_log.info(
+            "%s %s %s %.0fms user=%s",
+            request.method,
+            request.path,
+            response.status_code,
+            (time.perf_counter() - started) * 1000,
+            who,
+        )
+        return response
+
+
+# Daphne's verbosity 0: no access log of its own (it would print each URL with its query
+# string); warnings and errors still print, and the app's logging is Django's LOGGING.
+DAPHNE_QUIET = ("-v", "0")

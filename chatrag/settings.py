@@ -65,6 +65,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: it times the whole request and logs it without its query string.
+    "chatrag.middleware.AccessLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "chatrag.middleware.SecurityHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
