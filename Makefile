@@ -50,13 +50,18 @@ typecheck: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 # Performance: search variants at 10k/100k/300k chunks, ingestion of mixed-length MTRAG
-# passages (raw engine, 1 and 2 workers), then a turn, WebSocket frames, ingestion of demo
+# passages (raw engine, 1 and 2 workers), the turn decisions' rewrite and extra search on the
+# judged PT/ES turns (development database), then a turn, WebSocket frames, ingestion of demo
 # pages and memory at 100k; one table of targets at the end (JSON in .var/bench-*.json).
 bench: $(VENV)/.installed $(MO)
 	$(PY) -m chatrag.devdb start
 	$(PY) scripts/bench_search.py --sizes 10000,100000,300000 --json .var/bench-search.json $(BENCH_ARGS)
 	$(PY) scripts/bench_ingest.py --json .var/bench-ingest.json $(INGEST_BENCH_ARGS)
-	$(PY) scripts/bench_app.py --search-json .var/bench-search.json --ingest-json .var/bench-ingest.json --json .var/bench-app.json $(APP_BENCH_ARGS)
+	$(PY) manage.py migrate --noinput -v 0
+	rm -f .var/bench-decisions.json
+	$(PY) scripts/bench_turn_decisions.py --json .var/bench-decisions.json $(DECISIONS_BENCH_ARGS)
+	$(PY) scripts/bench_app.py --search-json .var/bench-search.json --ingest-json .var/bench-ingest.json \
+	  --decisions-json .var/bench-decisions.json --json .var/bench-app.json $(APP_BENCH_ARGS)
 
 # WebSocket load: its own database (chatrag_load, seeded with the demo), a fake model server of
 # fixed latency and daphne on free ports; steps of 1..32 users. LOAD_ARGS=--help for options.

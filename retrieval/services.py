@@ -59,6 +59,7 @@ def search_params() -> SearchParams:
         rrf_k=settings.CHATRAG_SEARCH_RRF_K,
         vector_candidates=settings.CHATRAG_SEARCH_VECTOR_CANDIDATES,
         text_candidates=settings.CHATRAG_SEARCH_TEXT_CANDIDATES,
+        text_rerank=settings.CHATRAG_SEARCH_TEXT_RERANK,
         limit=max(20, settings.CHATRAG_SEARCH_PASSAGES * 3),
     )
 

@@ -90,3 +90,54 @@ def test_app_benchmark_prints_every_target(tmp_path: Path) -> None:
     assert report["app"]["ingestion"]["job_status"] == "done"
     assert report["app"]["ingestion"]["chunks_stored"] == report["app"]["ingestion"]["chunks"]
     assert "met" in proc.stdout
+
+
+def _search_report(p95_10k: float, parallel_p50: float) -> dict[str, object]:
+    def variants(p95: float) -> dict[str, dict[str, float]]:
+        ours = {"p50_ms": 10.0, "p95_ms": p95}
+        return {
+            "ours": ours,
+            "azure": {"p50_ms": 500.0, "p95_ms": 900.0},
+            "parallel3": {"p50_ms": parallel_p50, "p95_ms": parallel_p50},
+        }
+
+    return {
+        "results": {
+            "10000": {"variants": variants(p95_10k)},
+            "100000": {"variants": variants(40.0)},
+            "300000": {"variants": variants(130.0)},
+        }
+    }
+
+
+def test_target_table_has_every_search_size_and_the_decisions() -> None:
+    """The 10k line, the issue's 1.6x parallel limit and the turn decisions' two targets."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import bench_app
+    import bench_turn_decisions
+
+    decisions = bench_turn_decisions.summary(
+        rewrite_ms=[5.0, 6.0, 30.0],
+        turn_ms=[40.0, 50.0, 60.0],
+        single_ms=[30.0, 30.0, 30.0],
+        searches=[2, 3, 3],
+    )
+    rows = {
+        row["target"]: row
+        for row in bench_app.targets(
+            _search_report(p95_10k=60.0, parallel_p50=15.0), {}, 100_000, decisions
+        )
+    }
+    assert rows["hybrid search p95 at 10k"]["met"] is False  # 60 ms > 50
+    assert rows["hybrid search p95 at 100k"]["met"] is True
+    assert rows["hybrid search p95 at 300k"]["met"] is False  # 130 ms > 120
+    parallel = rows["3 parallel queries / 1 query (p50)"]
+    assert (parallel["value"], parallel["limit"], parallel["met"]) == (1.5, 1.6, True)
+    assert rows["turn decisions' extra search p50"]["value"] == 20.0
+    assert rows["turn decisions' extra search p50"]["met"] is False  # 20 ms > 15
+    assert rows["rule rewrite p95 (judged turns)"]["limit"] == 20.0
+    # The order printed: sizes ascending, each with its sign.
+    names = list(rows)
+    assert names.index("hybrid search p95 at 10k") < names.index("hybrid search p95 at 100k")
+    assert rows["vs query-time to_tsvector at 100k"]["higher_is_better"] is True
+    assert rows["3 parallel queries / 1 query (p50)"]["higher_is_better"] is False

@@ -50,6 +50,14 @@ class SearchParams:
     text_max_df_ratio: float = 0.05  # words in more chunks than this share are left out...
     text_df_floor: int = 5000  # ...but never below this many chunks
     text_scan_limit: int = 2000  # rows fetched by a tier before ranking
+    # At any size, only a tier's best `text_rerank` matches by ts_rank (about 1 µs a row) are
+    # ranked by ts_rank_cd (10-20 µs a row, the leg's main cost when a common word matches
+    # most of a collection); fewer matches than this are ranked exactly as before.
+    text_rerank: int = 200
+    # Tier 2 tests the collection's rows one by one when its words' postings in the whole
+    # table (their chunks in the collection / the collection's share of the table) exceed
+    # this many times the collection's chunks (a posting costs ~1/5 of a row's test).
+    text_by_row_ratio: float = 5.0
     # One leg alone leaves the other out of the SQL (a weight of 0 would still list its
     # hits, at score 0, and show their ranks); the fused score is then that leg's RRF term.
     legs: Legs = "hybrid"
@@ -109,6 +117,15 @@ def _matches(kind: str) -> str:
     )
 
 
+def _matches_row(kind: str) -> str:
+    """The same test as `_matches`, as a function call: no index can serve it, so the planner
+    checks each row the collection filter found."""
+    configs = ", ".join(f"'{config}'" for config, _ in _CONFIGS)
+    return (
+        f"(c.fts_config IN ({configs}) AND ts_match_vq(c.search_vector, {_per_config(kind, 'c')}))"
+    )
+
+
 def _tsqueries(kind: str) -> str:
     return ", ".join(
         f"websearch_to_tsquery('{config}', unaccent({kind}_text)) AS {kind}_{short}"
@@ -116,19 +133,27 @@ def _tsqueries(kind: str) -> str:
     )
 
 
-def _tier(kind: str, gate: str) -> str:
+def _tier(kind: str, gate: str, *, by_row: bool = False) -> str:
     """One tier: at most `scan` chunks matching the `kind` query (when `gate` holds), ranked
-    against the OR of all kept words."""
+    against the OR of all kept words: the best `rerank` of them by ts_rank, then by ts_rank_cd.
+
+    `by_row` tests the collection's rows one by one instead of reading the GIN index.
+    """
     return f"""
     SELECT m.id, ts_rank_cd(m.search_vector, {_per_config("or", "m")}, 1) AS score
     FROM (
-        SELECT c.id, c.search_vector, c.fts_config
-        FROM retrieval_chunk c, q
-        WHERE {gate}
-          AND c.collection_id{{IN_COLLECTION}}
-          AND (%(all)s OR c.is_public OR c.group_ids && %(groups)s::int[])
-          AND {_matches(kind)}
-        LIMIT %(scan)s
+        SELECT s.id, s.search_vector, s.fts_config
+        FROM (
+            SELECT c.id, c.search_vector, c.fts_config
+            FROM retrieval_chunk c, q
+            WHERE {gate}
+              AND c.collection_id{{IN_COLLECTION}}
+              AND (%(all)s OR c.is_public OR c.group_ids && %(groups)s::int[])
+              AND {_matches_row(kind) if by_row else _matches(kind)}
+            LIMIT %(scan)s
+        ) s, q
+        ORDER BY ts_rank(s.search_vector, {_per_config("or", "s")}, 1) DESC, s.id
+        LIMIT %(rerank)s
     ) m, q
 """  # noqa: S608 - composed of constants; every value is a bound parameter
 
@@ -143,6 +168,14 @@ def _tier(kind: str, gate: str) -> str:
 #   that long natural questions need). Each tier fetches at most `scan` rows before ranking.
 # - Both tiers rank with ts_rank_cd against the OR of all kept words, so a chunk with more of
 #   the question's words ranks higher.
+# - Tier 2 reads the GIN index unless its words are common (their chunks in the collection,
+#   summed, at least `by_row_df`): a GIN posting list spans every collection, so in a small
+#   collection sharing the table with large ones, the words matching most of its chunks read
+#   the large ones' postings too (10k of 410k chunks: 200 ms for one question's bitmaps, the
+#   planner estimating 0.5% for any query it cannot see in the CTE). Then the collection's
+#   rows are tested one by one, at a cost bounded by the collection's size.
+_TIER1_SHORT = "(SELECT count(*) FROM tier1) < %(kt)s"
+_BY_ROW = "(SELECT or_df FROM words) >= %(by_row_df)s"
 _TEXT_LEG = f"""
 terms AS MATERIALIZED (
     SELECT t.w, t.ord, v.df,
@@ -160,14 +193,19 @@ words AS MATERIALIZED (
                      FILTER (WHERE df IS NOT NULL AND rarity <= %(and_terms)s), '') AS and_text,
         coalesce(string_agg(w, ' or ' ORDER BY ord)
                      FILTER (WHERE df IS NULL OR df <= %(max_df)s OR rarity <= %(min_terms)s),
-                 '') AS or_text
+                 '') AS or_text,
+        coalesce(sum(df) FILTER (WHERE df <= %(max_df)s OR rarity <= %(min_terms)s), 0) AS or_df
     FROM terms
 ),
 q AS MATERIALIZED (  -- computed once, not per row; lets the planner use the GIN index
     SELECT {_tsqueries("and")}, {_tsqueries("or")} FROM words
 ),
 tier1 AS MATERIALIZED ({_tier("and", "true")}),
-tier2 AS ({_tier("or", "(SELECT count(*) FROM tier1) < %(kt)s")}),
+tier2 AS (
+    {_tier("or", f"{_TIER1_SHORT} AND NOT {_BY_ROW}")}
+    UNION ALL
+    {_tier("or", f"{_TIER1_SHORT} AND {_BY_ROW}", by_row=True)}
+),
 txt AS (
     SELECT id, row_number() OVER (ORDER BY score DESC, id) AS rank
     FROM (
@@ -277,6 +315,13 @@ def text_bounds(params: SearchParams, chunk_count: int | None) -> dict[str, int]
     }
 
 
+def by_row_df(params: SearchParams, chunk_count: int | None, table_share: float) -> int:
+    """The words' summed document frequency from which tier 2 tests rows, not the index."""
+    if chunk_count is None or table_share <= 0:
+        return _UNBOUNDED
+    return max(1, int(params.text_by_row_ratio * chunk_count * table_share))
+
+
 def hybrid_search(
     conn: Connection[Any],
     request: SearchRequest,
@@ -299,7 +344,9 @@ def hybrid_search(
         "groups": list(scope.group_ids),
         "kv": params.vector_candidates,
         "kt": params.text_candidates,
+        "rerank": max(params.text_rerank, params.text_candidates),
         **text_bounds(params, chunk_count),
+        "by_row_df": by_row_df(params, chunk_count, table_share),
         "wv": params.vector_weight,
         "wt": params.text_weight,
         "k": params.rrf_k,
