@@ -187,6 +187,11 @@ def test_the_last_replys_document_never_passes_a_page_whose_title_names_the_ques
     # The same pair, asked with no word either title has: the reply's page wins the tie.
     order, lifted = favour_reply_documents([pj, clt], [clt.hit], ["quanto", "custa"])
     assert [m.hit.external_id for m in order] == ["clt", "pj"] and lifted == ["clt"]
+    # Another passage of the same page is what a follow-up asks for: never passed.
+    second = _merged("wall-2", 3, 0.0330, "History of the Great Wall")
+    first = _merged("wall-1", 4, 0.0329, "History of the Great Wall")
+    order, lifted = favour_reply_documents([second, first], [first.hit], ["long"])
+    assert [m.hit.external_id for m in order] == ["wall-2", "wall-1"] and lifted == []
 
 
 def test_a_turn_that_points_back_is_only_searched_with_its_topic() -> None:
