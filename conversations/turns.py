@@ -326,39 +326,37 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
         await _save_trace(ctx.message, outcome, outcome.errors)
 
         rewrite = outcome.rewrite
-        if rewrite.no_search and rewrite.small_talk:
-            # "obrigado!", "bom dia": a short reply, no search, no sources, no topic reopened.
-            reply = small_talk_reply(rewrite.small_talk, language)
-            answer = await _create_answer(ctx.message, Message.Status.COMPLETE, reply)
+
+        async def reply(status: str, text: str, frame: str, /, **fields: Any) -> None:
+            """Store a reply that needs no answer step, then send it as a `frame`."""
+            answer = await _create_answer(ctx.message, status, text)
             timings["to_done"] = since()
             await _store_timings(ctx.message, timings, [])
-            await emit(
-                {
-                    "type": "done",
-                    "message_id": answer.id,
-                    "reply_to": message_id,
-                    "status": Message.Status.COMPLETE,
-                    "text": reply,
-                    "extractive": False,
-                    "small_talk": rewrite.small_talk,
-                    "timings_ms": timings,
-                }
+            await emit({"type": frame, "message_id": answer.id, "reply_to": message_id, **fields})
+
+        if rewrite.no_search and rewrite.small_talk:
+            # "obrigado!", "bom dia": a short reply, no search, no sources, no topic reopened.
+            text = small_talk_reply(rewrite.small_talk, language)
+            status = Message.Status.COMPLETE
+            await reply(
+                status,
+                text,
+                "done",
+                status=status,
+                text=text,
+                extractive=False,
+                small_talk=rewrite.small_talk,
+                timings_ms=timings,
             )
             return
         if rewrite.needs_clarification and rewrite.clarification is not None:
-            answer = await _create_answer(
-                ctx.message, Message.Status.CLARIFY, rewrite.clarification.question
-            )
-            timings["to_done"] = since()
-            await _store_timings(ctx.message, timings, [])
-            await emit(
-                {
-                    "type": "clarify",
-                    "message_id": answer.id,
-                    "reply_to": message_id,
-                    "question": rewrite.clarification.question,
-                    "options": list(rewrite.clarification.options),
-                }
+            question_back = rewrite.clarification
+            await reply(
+                Message.Status.CLARIFY,
+                question_back.question,
+                "clarify",
+                question=question_back.question,
+                options=list(question_back.options),
             )
             return
 
