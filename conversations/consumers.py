@@ -265,13 +265,16 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return
         if existing is None:
             conversation = await database_sync_to_async(conversation_create)(user=self.user)
-            await self._send({"type": "conversation", "id": conversation.id})
         else:
             conversation = existing
         await self._join(conversation.id)
         message = await database_sync_to_async(message_store_user)(
             conversation=conversation, text=frame.text
         )
+        if existing is None:
+            # Only now: the page takes the new conversation's address from this frame, and a
+            # reload of that address must find the message in it.
+            await self._send({"type": "conversation", "id": conversation.id})
         await self._send(
             {
                 "type": "accepted",

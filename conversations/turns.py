@@ -9,10 +9,9 @@ stored, and a reload shows it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -28,19 +27,10 @@ from conversations.models import Message, TurnTrace
 from conversations.selectors import history_before
 from retrieval.embeddings import Embedder
 from retrieval.models import Collection
-from retrieval.pipeline.answer import (
-    Passage,
-    answer_language,
-    build_answer_messages,
-    clean_citations,
-    context_passages,
-    extractive_answer,
-    label,
-    query_rankings,
-)
+from retrieval.pipeline.answer import answer_language
 from retrieval.pipeline.fusion import MergedHit
-from retrieval.pipeline.llm import ChatModel, LLMError
-from retrieval.pipeline.masking import split_unfinished_placeholder
+from retrieval.pipeline.llm import ChatModel
+from retrieval.pipeline.respond import Answer, answer_turn
 from retrieval.pipeline.retrieve import (
     RetrievalOutcome,
     RetrievalSettings,
@@ -336,39 +326,37 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
         await _save_trace(ctx.message, outcome, outcome.errors)
 
         rewrite = outcome.rewrite
-        if rewrite.no_search and rewrite.small_talk:
-            # "obrigado!", "bom dia": a short reply, no search, no sources, no topic reopened.
-            reply = small_talk_reply(rewrite.small_talk, language)
-            answer = await _create_answer(ctx.message, Message.Status.COMPLETE, reply)
+
+        async def reply(status: str, text: str, frame: str, /, **fields: Any) -> None:
+            """Store a reply that needs no answer step, then send it as a `frame`."""
+            answer = await _create_answer(ctx.message, status, text)
             timings["to_done"] = since()
             await _store_timings(ctx.message, timings, [])
-            await emit(
-                {
-                    "type": "done",
-                    "message_id": answer.id,
-                    "reply_to": message_id,
-                    "status": Message.Status.COMPLETE,
-                    "text": reply,
-                    "extractive": False,
-                    "small_talk": rewrite.small_talk,
-                    "timings_ms": timings,
-                }
+            await emit({"type": frame, "message_id": answer.id, "reply_to": message_id, **fields})
+
+        if rewrite.no_search and rewrite.small_talk:
+            # "obrigado!", "bom dia": a short reply, no search, no sources, no topic reopened.
+            text = small_talk_reply(rewrite.small_talk, language)
+            status = Message.Status.COMPLETE
+            await reply(
+                status,
+                text,
+                "done",
+                status=status,
+                text=text,
+                extractive=False,
+                small_talk=rewrite.small_talk,
+                timings_ms=timings,
             )
             return
         if rewrite.needs_clarification and rewrite.clarification is not None:
-            answer = await _create_answer(
-                ctx.message, Message.Status.CLARIFY, rewrite.clarification.question
-            )
-            timings["to_done"] = since()
-            await _store_timings(ctx.message, timings, [])
-            await emit(
-                {
-                    "type": "clarify",
-                    "message_id": answer.id,
-                    "reply_to": message_id,
-                    "question": rewrite.clarification.question,
-                    "options": list(rewrite.clarification.options),
-                }
+            question_back = rewrite.clarification
+            await reply(
+                Message.Status.CLARIFY,
+                question_back.question,
+                "clarify",
+                question=question_back.question,
+                options=list(question_back.options),
             )
             return
 
@@ -380,14 +368,9 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
         )
         timings["to_sources_frame"] = since()
 
-        passages = [
-            Passage(i, m.hit.title, m.hit.heading, m.hit.text)
-            for i, m in enumerate(outcome.passages, 1)
-        ]
-        text, status, extractive, error = await _answer(
-            ctx, outcome, passages, language, answer, live, emit, timings, since
-        )
-        final, _cited = clean_citations(outcome.masker.unmask(text), len(passages))
+        result = await _answer(ctx, outcome, language, answer, live, emit, timings, since)
+        final, error, extractive = result.text, result.error, result.kind == "extractive"
+        status = Message.Status.STOPPED if result.stopped else Message.Status.COMPLETE
         await _save_answer(answer, text=final, status=status, error=error, extractive=extractive)
         streaming = None
         timings["to_done"] = since()
@@ -450,92 +433,37 @@ async def _record_failure(
 async def _answer(
     ctx: TurnContext,
     outcome: RetrievalOutcome,
-    passages: list[Passage],
     language: str,
     answer: Message,
     live: LiveTurn,
     emit: Emit,
     timings: dict[str, float],
     since: Callable[[], float],
-) -> tuple[str, str, bool, str]:
-    """Stream the answer; returns (text, status, extractive, error)."""
+) -> Answer:
+    """Stream the answer step (`retrieval.pipeline.respond`) to the page, saving as it goes."""
     offset = 0
+    last_save = time.perf_counter()
 
     async def send(piece: str) -> None:
-        nonlocal offset
+        nonlocal offset, last_save
         if "to_first_delta" not in timings:
             timings["to_first_delta"] = since()
+        live.text += piece
         await emit({"type": "delta", "message_id": answer.id, "offset": offset, "delta": piece})
         offset += len(piece)
+        if time.perf_counter() - last_save > SAVE_EVERY_S:
+            await _save_answer(answer, text=live.text)
+            last_save = time.perf_counter()
 
-    if not passages:
-        text = label("nothing", language)
-        await send(text)
-        return text, Message.Status.COMPLETE, False, ""
-
-    if ctx.model is not None:
-        messages = build_answer_messages(
-            question=outcome.masked_question,
-            passages=passages,
-            history=outcome.masked_window,
-            today=timezone.localdate(),
-            language=language,
-        )
-        last_save = time.perf_counter()
-        try:
-            pending = ""  # a placeholder like "[EMAIL_1]" may arrive split over pieces
-            pieces = ctx.model.stream(messages, timeout=settings.CHATRAG_LLM_TIMEOUT)
-            async for raw in _until_stopped(pieces, live.stop):
-                if live.stop.is_set():
-                    return live.text, Message.Status.STOPPED, False, ""
-                ready, pending = split_unfinished_placeholder(pending + raw)
-                if not ready:
-                    continue
-                piece = outcome.masker.unmask(ready)
-                live.text += piece
-                await send(piece)
-                if time.perf_counter() - last_save > SAVE_EVERY_S:
-                    await _save_answer(answer, text=live.text)
-                    last_save = time.perf_counter()
-            if live.stop.is_set():
-                return live.text, Message.Status.STOPPED, False, ""
-            if pending:
-                live.text += outcome.masker.unmask(pending)
-                await send(outcome.masker.unmask(pending))
-            if live.text.strip():
-                return live.text, Message.Status.COMPLETE, False, ""
-            error = "the model returned an empty answer"
-        except LLMError as exc:
-            error = f"model failed: {exc}"
-            if live.text.strip():
-                note = "\n\n(" + _model_cut_note(language) + ")"
-                await send(note)
-                return live.text + note, Message.Status.COMPLETE, False, error
-        # No usable model output: fall back to the extractive answer, saying why.
-        prefix = _model_failed_note(language) + "\n\n"
-    else:
-        prefix = ""
-        error = ""
-
-    # The "no model" label is the page's badge (`extractive`), not the answer's first line.
-    # Lines may come from other found sections of the shown documents, citing their card.
-    text = prefix + extractive_answer(
-        question=outcome.masked_question,
-        queries=[q.text for q in outcome.queries],
-        passages=context_passages(outcome.passages, outcome.merged),
+    return await answer_turn(
+        outcome=outcome,
         language=language,
-        rewrite=outcome.rewrite,
-        rankings=query_rankings(outcome.queries, outcome.merged),
+        model=ctx.model,
+        today=timezone.localdate(),
+        model_timeout=settings.CHATRAG_LLM_TIMEOUT,
+        on_piece=send,
+        stop=live.stop,
     )
-    text = outcome.masker.unmask(text)
-    # Stream it in small pieces so the page behaves the same with or without a model.
-    for start in range(0, len(text), 48):
-        if live.stop.is_set():
-            return text[:start], Message.Status.STOPPED, True, error
-        live.text = text[: start + 48]
-        await send(text[start : start + 48])
-        await asyncio.sleep(0)
-    return text, Message.Status.COMPLETE, True, error
 
 
 def _never_raising(emit: Emit, message_id: int) -> Emit:
@@ -552,45 +480,8 @@ def _never_raising(emit: Emit, message_id: int) -> Emit:
     return send
 
 
-async def _until_stopped(pieces: AsyncIterator[str], stop: asyncio.Event) -> AsyncIterator[str]:
-    """Yield the model's pieces until the user stops, without waiting for a stalled model."""
-    stopped = asyncio.ensure_future(stop.wait())
-    following: asyncio.Future[str] | None = None
-    try:
-        while True:
-            following = asyncio.ensure_future(anext(pieces))
-            await asyncio.wait({following, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            if not following.done():
-                return
-            try:
-                piece = following.result()
-            except StopAsyncIteration:
-                return
-            yield piece
-    finally:
-        stopped.cancel()
-        if following is not None and not following.done():
-            following.cancel()  # closes the model's HTTP response
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, LLMError):
-                await following
-
-
 def _failure_text(language: str) -> str:
     return {
         "es": "No fue posible responder ahora. Tu mensaje quedó guardado; inténtalo de nuevo.",
         "en": "Could not answer right now. Your message is saved; please try again shortly.",
     }.get(language, "Não foi possível responder agora. Sua mensagem foi guardada; tente de novo.")
-
-
-def _model_cut_note(language: str) -> str:
-    return {
-        "es": "La respuesta del modelo se interrumpió; el texto de arriba puede estar incompleto.",
-        "en": "The model's answer was cut off; the text above may be incomplete.",
-    }.get(language, "A resposta do modelo foi interrompida; o texto acima pode estar incompleto.")
-
-
-def _model_failed_note(language: str) -> str:
-    return {
-        "es": "El modelo de lenguaje no respondió; se muestra una respuesta extractiva.",
-        "en": "The language model did not answer; showing an extractive answer.",
-    }.get(language, "O modelo de linguagem não respondeu; mostrando uma resposta extrativa.")

@@ -1,9 +1,11 @@
-"""Who may read which document, as the ORM and the staff pages need it.
+"""Who may read which document: the permission rule's one home.
 
-The rule is the chat's (`retrieval.services.scope_for_user`, enforced in the search SQL): a
-document without groups is public, one with groups is readable by their members, and a
-superuser reads everything. `documents_readable` is its ORM form and the only one; the chat's
-document page, the admin and the review pages all call it.
+The rule: a document without groups is public, one with groups is readable by their members,
+and a superuser reads everything; anonymous and inactive users read nothing. `reader_for` is
+the only place that looks at a user's flags and groups. What it returns (a pure `Reader`) has
+the rule's three forms: `Reader.can_read` in Python, `readable_sql` in the search's SQL (via
+`retrieval.services.scope_for_user`), and `documents_readable` here for the ORM (the chat's
+document page, the admin and the review pages).
 
 Staff pages show what a stored turn or an evaluation retrieved. For a document the staff
 member may not read they show a placeholder instead of its title, id and passages, and an
@@ -21,26 +23,43 @@ from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
 from retrieval.models import Collection, Document
+from retrieval.pipeline.search import Reader
 
 RESTRICTED_DOCUMENT: Promise = _("[restricted document]")
 RESTRICTED_PASSAGE: Promise = _("[restricted passage]")
 
 
+def reader_for(user: User | AnonymousUser) -> Reader | None:
+    """What this user reads by the rule; None when they read nothing (anonymous, inactive)."""
+    if not user.is_authenticated or not user.is_active:
+        return None
+    assert isinstance(user, User)
+    if user.is_superuser:
+        return Reader(everything=True)
+    return Reader(group_ids=tuple(sorted(user.groups.values_list("id", flat=True))))
+
+
 def documents_readable(
     *, user: User | AnonymousUser, documents: QuerySet[Document] | None = None
 ) -> QuerySet[Document]:
-    """The documents this user may read: public ones, those of their groups, all for a superuser.
+    """The documents this user may read: the rule's ORM form (`Reader.can_read` in SQL).
 
     `documents` narrows a queryset of the caller's (the admin's). No join on the groups
     (`Exists`), so the queryset can be annotated and counted as is.
     """
+    return _readable_by(reader_for(user), documents)
+
+
+def _readable_by(
+    reader: Reader | None, documents: QuerySet[Document] | None = None
+) -> QuerySet[Document]:
     documents = Document.objects.all() if documents is None else documents
-    if not user.is_authenticated or not user.is_active:
+    if reader is None:
         return documents.none()
-    if user.is_superuser:
+    if reader.everything:
         return documents
     links = Document.groups.through.objects.filter(document_id=OuterRef("pk"))
-    shared = links.filter(group_id__in=user.groups.values("id"))
+    shared = links.filter(group_id__in=reader.group_ids)
     return documents.filter(~Exists(links) | Exists(shared))
 
 
@@ -86,13 +105,14 @@ def document_access(
     external_ids: Iterable[object] = (),
 ) -> DocumentAccess:
     """What this viewer may read among these documents (by pk, or by external id)."""
-    if user.is_authenticated and user.is_active and user.is_superuser:
+    reader = reader_for(user)
+    if reader is not None and reader.everything:
         return DocumentAccess(everything=True)
     ids = {i for i in (_as_int(d) for d in document_ids) if i is not None}
     names = {str(e) for e in external_ids if e is not None}
     if not ids and not names:
         return DocumentAccess(everything=False)
-    readable = documents_readable(user=user)
+    readable = _readable_by(reader)
     return DocumentAccess(
         everything=False,
         ids=frozenset(readable.filter(pk__in=ids).values_list("pk", flat=True))
@@ -116,9 +136,10 @@ def external_ids_unreadable(
     For free text that names documents by id (the rewrite's notes: "the turn alone finds
     'pt/…' confidently"), which may name one that is in no stored hit of the conversation.
     """
-    if user.is_authenticated and user.is_active and user.is_superuser:
+    reader = reader_for(user)
+    if reader is not None and reader.everything:
         return frozenset()
-    readable = documents_readable(user=user).values("pk")
+    readable = _readable_by(reader).values("pk")
     unreadable = Document.objects.filter(collection=collection).exclude(pk__in=readable)
     return frozenset(unreadable.values_list("external_id", flat=True))
 

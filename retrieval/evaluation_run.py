@@ -27,21 +27,13 @@ from retrieval.evaluation_score import (
     word_count,
 )
 from retrieval.models import Collection
-from retrieval.pipeline.answer import (
-    answer_language,
-    build_answer_messages,
-    clean_citations,
-    context_passages,
-    extractive_answer,
-    passages_from_hits,
-    query_rankings,
-)
+from retrieval.pipeline.answer import answer_language
 from retrieval.pipeline.fusion import ranked_documents
-from retrieval.pipeline.llm import ChatModel, LLMError
+from retrieval.pipeline.llm import ChatModel
 from retrieval.pipeline.metrics import mrr_at, ndcg_at, percentile, recall_at
+from retrieval.pipeline.respond import answer_turn
 from retrieval.pipeline.retrieve import RetrievalOutcome, RewriteMode, retrieve
 from retrieval.pipeline.search import Scope
-from retrieval.pipeline.text import token_spans
 from retrieval.pipeline.types import LexiconView
 from retrieval.services import (
     VocabularyLexicon,
@@ -129,50 +121,26 @@ async def turn_answer(
 ) -> tuple[str, bool]:
     """The answer a turn would show for this outcome: (text, extractive).
 
-    The same pure steps as `conversations.turns._answer`, without streaming: the model's
-    grounded answer when there is a model, else (or when it fails) the extractive one.
+    The chat's own answer step (`retrieval.pipeline.respond.answer_turn`), not streamed. A
+    turn that found nothing counts as extractive here (no model wrote it).
     """
-    passages = passages_from_hits(outcome.passages)
-    if not passages:
-        return extractive_answer(
-            question=outcome.masked_question, queries=[], passages=[], language=language
-        ), True
-    if model is not None:
-        messages = build_answer_messages(
-            question=outcome.masked_question,
-            passages=passages,
-            history=outcome.masked_window,
-            today=timezone.localdate(),
-            language=language,
-        )
+
+    async def statistics(words: set[str]) -> LexiconView | None:
+        assert lexicon is not None
         try:
-            pieces = [
-                p async for p in model.stream(messages, timeout=django_settings.CHATRAG_LLM_TIMEOUT)
-            ]
-            text = "".join(pieces)
-            if text.strip():
-                return clean_citations(outcome.masker.unmask(text), len(passages))[0], False
-        except LLMError:
-            pass
-    context = context_passages(outcome.passages, outcome.merged)
-    view = None
-    if lexicon is not None:  # rarity from the whole collection instead of the passages
-        words = {t.norm for p in context for t in token_spans(p.text)}
-        try:
-            view = await sync_to_async(lexicon)(words)
+            return await sync_to_async(lexicon)(words)
         except Exception:  # a statistics failure must not lose the answer: passages' rarity
-            view = None
-    text = extractive_answer(
-        question=outcome.masked_question,
-        queries=[q.text for q in outcome.queries],
-        passages=context,
+            return None
+
+    answer = await answer_turn(
+        outcome=outcome,
         language=language,
-        rewrite=outcome.rewrite,
-        df=view.df if view else None,
-        n_chunks=view.n_chunks if view else 0,
-        rankings=query_rankings(outcome.queries, outcome.merged),
+        model=model,
+        today=timezone.localdate(),
+        model_timeout=django_settings.CHATRAG_LLM_TIMEOUT,
+        lexicon=statistics if lexicon is not None else None,
     )
-    return clean_citations(outcome.masker.unmask(text), len(passages))[0], True
+    return answer.text, answer.kind != "model"
 
 
 async def evaluate_mode(

@@ -14,6 +14,7 @@ from django.db.models import Count
 from django.utils.module_loading import import_string
 from psycopg.conninfo import make_conninfo
 
+from retrieval.access import reader_for
 from retrieval.embeddings import Embedder, get_embedder
 from retrieval.models import Collection, Document, GlossaryEntry
 from retrieval.pipeline.fusion import FusionStrategy
@@ -21,7 +22,7 @@ from retrieval.pipeline.llm import ChatModel
 from retrieval.pipeline.masking import DEFAULT_EMPLOYEE_ID_PATTERN, MaskingConfig
 from retrieval.pipeline.retrieve import RetrievalSettings, RewriteMode
 from retrieval.pipeline.rewrite_cache import RewriteCache
-from retrieval.pipeline.search import Scope, SearchEngine, SearchParams, get_engine
+from retrieval.pipeline.search import Scope, SearchEngine, SearchParams, get_engine, readable_sql
 from retrieval.pipeline.text import LANGUAGES
 from retrieval.pipeline.types import GlossaryEntry as GlossaryValue
 from retrieval.pipeline.types import LexiconView
@@ -149,18 +150,14 @@ def chat_model() -> ChatModel | None:
 
 
 def scope_for_user(*, user: User | AnonymousUser, collection: Collection) -> Scope:
-    """What this authenticated user may read: public documents plus their groups' documents.
+    """What this user may search in the collection (`retrieval.access.reader_for`'s rule).
 
-    The same rule for the ORM (pages, the admin) is `retrieval.access.documents_readable`.
+    Anonymous and inactive users read nothing, so they get no scope at all.
     """
-    if not user.is_authenticated:
-        raise PermissionError("search needs an authenticated user")
-    assert isinstance(user, User)
-    return Scope(
-        collection_id=collection.id,
-        group_ids=tuple(user.groups.values_list("id", flat=True)),
-        see_everything=user.is_superuser,
-    )
+    reader = reader_for(user)
+    if reader is None:
+        raise PermissionError("search needs an active, authenticated user")
+    return Scope.of(reader, collection_id=collection.id)
 
 
 def scope_common(first: Scope, second: Scope) -> Scope:
@@ -230,8 +227,8 @@ def default_collection() -> Collection:
 
 
 # Which vocabulary rows a reader may count: each row holds one document-group set's counts
-# (empty: public), the same rule the search applies to chunks (`is_public OR group_ids &&`).
-_READABLE_SETS = "(%(all)s OR v.group_ids = '{}' OR v.group_ids && %(groups)s::int[])"
+# (empty: public), read by the rule the search applies to chunks.
+_READABLE_SETS = readable_sql("v.group_ids", public="v.group_ids = '{}'")
 _DF_SQL = f"""
     SELECT v.word, sum(v.df)::int FROM retrieval_vocabularyterm v
     WHERE v.collection_id = %(collection)s AND v.word = ANY(%(words)s) AND {_READABLE_SETS}
@@ -250,22 +247,16 @@ _CORRECTIONS_SQL = f"""
     WHERE best.sim >= 0.45
     ORDER BY q.w, best.sim DESC, best.df DESC, best.word
 """  # noqa: S608 - constants; every value is bound
-_READABLE_CHUNKS_SQL = """
+_READABLE_CHUNKS_SQL = f"""
     SELECT count(*) FROM retrieval_chunk
-    WHERE collection_id = %(collection)s
-      AND (%(all)s OR is_public OR group_ids && %(groups)s::int[])
-"""
+    WHERE collection_id = %(collection)s AND {readable_sql("group_ids", public="is_public")}
+"""  # noqa: S608 - constants; every value is bound
 _COUNT_MAX_AGE_S = 60.0
 _readable_counts: dict[tuple[int, tuple[int, ...], bool], tuple[float, int]] = {}
 
 
 def _scope_args(scope: Scope, **extra: Any) -> dict[str, Any]:
-    return {
-        "collection": scope.collection_id,
-        "all": scope.see_everything,
-        "groups": sorted(scope.group_ids),
-        **extra,
-    }
+    return {"collection": scope.collection_id, **scope.sql_args(), **extra}
 
 
 def vocabulary_df(*, scope: Scope, words: Sequence[str]) -> dict[str, int]:

@@ -53,6 +53,7 @@ from retrieval.pipeline.search import (  # noqa: E402
     SearchRequest,
     fulltext_words,
     hybrid_search,
+    readable_sql,
 )
 
 KB_DIR = BASE_DIR / "demo" / "kb"
@@ -624,7 +625,7 @@ def _build(
 
 # --- Variants ---------------------------------------------------------------------------------
 
-_PERMISSION = "(%(all)s OR c.is_public OR c.group_ids && %(groups)s::int[])"
+_PERMISSION = readable_sql("c.group_ids", public="c.is_public")
 _ROWS = """
     SELECT c.id, c.document_id, d.external_id, d.title, c.heading, c.text, c.position, c.area
     FROM retrieval_chunk c JOIN retrieval_document d ON d.id = c.document_id
@@ -668,8 +669,7 @@ def _args(query: BenchQuery, scope: Scope, params: SearchParams) -> dict[str, An
         "qraw": query.request.text,
         "qvec": query.vector_text,
         "collection": scope.collection_id,
-        "all": scope.see_everything,
-        "groups": list(scope.group_ids),
+        **scope.sql_args(),
         "kv": params.vector_candidates,
         "kt": params.text_candidates,
         "k": params.rrf_k,

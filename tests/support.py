@@ -1,10 +1,13 @@
-"""Test helpers: the memoised real embedder, running manage.py, the chat WebSocket."""
+"""Test helpers: the memoised real embedder, running manage.py, the chat WebSocket, the app
+in real processes (daphne servers, signing in, their sockets)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +179,134 @@ def celery_call(env: dict[str, str], cwd: Path, task: str, *args: str, queue: st
     sent = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
     assert sent.returncode == 0, sent.stderr[-3000:]
     return sent.stdout.strip().splitlines()[-1]
+
+
+# --- The app in real processes (daphne on a database of the test's own) ------------------------
+
+SERVER_WAIT_S = 60  # a hang guard for one frame or one condition, never a performance assertion
+
+
+def app_env(
+    *, database_url: str, tmp: Path, model_url: str, rate_limit: int = 1000, **extra: str
+) -> dict[str, str]:
+    """The environment of an app process on `database_url`, answering with the fake Ollama
+    model at `model_url` (`chatrag.fakemodel`) and embedding with the hashing embedder."""
+    import os
+
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "CHATRAG_DEBUG": "1",
+        "CHATRAG_ENV_FILE": str(tmp / "no-env-file"),
+        "CHATRAG_VAR_DIR": str(tmp / "var"),
+        "CHATRAG_EMBEDDER": "retrieval.embeddings.HashingEmbedder",
+        "CHATRAG_LLM_BACKEND": "retrieval.pipeline.llm.OllamaChat",
+        "CHATRAG_LLM_URL": model_url,
+        "CHATRAG_LLM_MODEL": "fake",
+        "CHATRAG_RATE_LIMIT_PER_MINUTE": str(rate_limit),
+        "PYTHONUNBUFFERED": "1",
+        **extra,
+    }
+    if "REDIS_URL" not in extra:
+        env.pop("REDIS_URL", None)
+    return env
+
+
+def app_seed(env: dict[str, str], documents: Sequence[str]) -> None:
+    """Migrate the app's database, ingest these demo documents and create the demo users."""
+    from tests.conftest import DEMO_KB
+
+    manage(env, "migrate", "--noinput")
+    manage(env, "ingest", *[str(DEMO_KB / f"{d}.md") for d in documents], "--quiet")
+    manage(env, "seed_demo", "--no-ingest")
+
+
+@dataclass
+class WebServer:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+@contextmanager
+def web_servers(
+    env: dict[str, str], logs: Path, count: int = 1, *, name: str = "daphne"
+) -> Iterator[list[WebServer]]:
+    """`count` daphne processes on `env`, each answering /healthz, logging to `logs`/NAME-i.log;
+    at the end each is stopped (woken first, in case a test left it frozen) and the tail of
+    its log printed."""
+    import os
+    import signal
+
+    from chatrag import devserver
+
+    servers: list[WebServer] = []
+    try:
+        for i in range(count):
+            port = devserver.free_port()
+            log = logs / f"{name}-{i}.log"
+            log.unlink(missing_ok=True)  # this run's output only
+            process = devserver.start_web(env, port, log)
+            servers.append(WebServer(f"http://127.0.0.1:{port}", process, log))
+        for server in servers:
+            devserver.wait_healthy(server.url, server.process)
+        yield servers
+    finally:
+        for server in servers:
+            if server.process.poll() is None:
+                os.kill(server.process.pid, signal.SIGCONT)
+            devserver.stop_process(server.process)
+            print(server.log.read_text(errors="replace")[-3000:])
+
+
+async def login(url: str, username: str, password: str) -> str:
+    """Sign in through the login form, as a browser does; return the session cookie."""
+    import re
+
+    import httpx
+
+    async with httpx.AsyncClient(base_url=url, timeout=SERVER_WAIT_S) as client:
+        page = await client.get("/login/")
+        match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+        assert match, page.text[:500]
+        response = await client.post(
+            "/login/",
+            data={"username": username, "password": password, "csrfmiddlewaretoken": match[1]},
+        )
+        assert response.status_code == 302, response.text[:500]
+        return str(client.cookies["sessionid"])
+
+
+def chat_socket(url: str, cookie: str) -> Any:
+    """A `websockets` connection to the chat on the server at `url`, signed in by `cookie`."""
+    from websockets.asyncio.client import connect
+
+    headers = {"Cookie": f"sessionid={cookie}", "Origin": url}
+    return connect(url.replace("http://", "ws://") + "/ws/chat/", additional_headers=headers)
+
+
+async def socket_until(socket: Any, *types: str) -> list[dict[str, Any]]:
+    """Frames of a `websockets` connection up to and including the first one of `types`."""
+    import asyncio
+    import json
+
+    frames: list[dict[str, Any]] = []
+    while True:
+        frame = json.loads(await asyncio.wait_for(socket.recv(), SERVER_WAIT_S))
+        frames.append(frame)
+        if frame["type"] in types:
+            return frames
+
+
+async def eventually(check: Callable[[], Any], what: str) -> Any:
+    """Poll `check` (in a thread) until it returns something true; fail after a while."""
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + SERVER_WAIT_S
+    while True:
+        result = await asyncio.to_thread(check)
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        await asyncio.sleep(0.3)

@@ -21,7 +21,7 @@ from conversations.models import Conversation, Feedback, Message, TurnTrace
 from conversations.review.flags import STRONG_RANK, total_ms, turn_flags
 from conversations.review.restricted import TurnRedactor
 from conversations.review.selectors import slow_threshold_ms
-from conversations.views.present import BACKEND_LABELS, QUERY_TYPE_LABELS
+from conversations.trace import RewriteView, rewrite_view
 from retrieval.access import RESTRICTED_DOCUMENT, RESTRICTED_PASSAGE
 from retrieval.pipeline.answer import clean_citations
 from retrieval.pipeline.masking import Masker, MaskingConfig
@@ -39,16 +39,6 @@ FLAG_LABELS = {
 }
 PIPELINE_STAGES = ("mask", "rewrite", "embed", "search", "merge")
 MILESTONES = ("to_rewrite_frame", "to_sources_frame", "to_first_delta", "to_done")
-
-
-@dataclass
-class QueryRow:
-    number: int
-    text: str
-    type: str
-    type_label: str
-    weight: float | None
-    area: str
 
 
 @dataclass
@@ -111,17 +101,7 @@ class TurnReview:
     masked_question: str
     trace_id: int | None = None
     window: list[dict[str, str]] = field(default_factory=list)
-    backend: str = ""
-    backend_label: str = ""
-    model: str = ""
-    policy: str = ""  # the rewrite policy's version; empty on traces from before it was kept
-    glossary_hits: list[dict[str, Any]] = field(default_factory=list)
-    corrections: list[tuple[str, str]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    anomalies: list[str] = field(default_factory=list)
-    clarification: dict[str, Any] | None = None
-    rewrite_error: str = ""
-    queries: list[QueryRow] = field(default_factory=list)
+    rewrite: RewriteView = field(default_factory=RewriteView)
     hits: list[HitRow] = field(default_factory=list)
     sources: list[SourceRow] = field(default_factory=list)
     answer_id: int | None = None
@@ -247,8 +227,8 @@ def _add_trace(review: TurnReview, trace: TurnTrace, feedback: list[Feedback]) -
         for m in trace.masked_window or []
         if isinstance(m, dict)
     ]
-    _add_rewrite(review, trace.rewrite or {})
-    _add_search(review, trace.search or {})
+    review.rewrite = rewrite_view(trace.rewrite or {}, trace.search)
+    _add_hits(review, trace.search or {})
     _add_timings(review, trace.timings_ms or {})
     review.errors = [str(e) for e in trace.errors or []]
     review.flags = _flags(trace, review, feedback)
@@ -278,18 +258,18 @@ def _redact(
     for item in review.feedback:
         item.reason = scrub(item.reason)
     review.answer_error = scrub(review.answer_error)
-    for query in review.queries:
+    for query in review.rewrite.queries:
         query.text = scrub(query.text)
-    review.notes = [scrub(n) for n in review.notes]
+    review.rewrite.notes = [scrub(n) for n in review.rewrite.notes]
     _redact_corrections(review, redactor, question=question)
-    review.anomalies = [scrub(a) for a in review.anomalies]
+    review.rewrite.anomalies = [scrub(a) for a in review.rewrite.anomalies]
     review.errors = [scrub(e) for e in review.errors]
-    review.rewrite_error = scrub(review.rewrite_error)
-    if review.clarification:
-        clarification = dict(review.clarification)
+    review.rewrite.error = scrub(review.rewrite.error)
+    if review.rewrite.clarification:
+        clarification = dict(review.rewrite.clarification)
         clarification["question"] = scrub(str(clarification.get("question") or ""))
         clarification["options"] = [scrub(str(o)) for o in clarification.get("options") or []]
-        review.clarification = clarification
+        review.rewrite.clarification = clarification
 
 
 def _redact_corrections(review: TurnReview, redactor: TurnRedactor, *, question: Message) -> None:
@@ -300,20 +280,22 @@ def _redact_corrections(review: TurnReview, redactor: TurnRedactor, *, question:
     of the author's groups, the corrected words go back to what was typed, in the queries
     and the notes, and the corrections are not listed.
     """
-    if not review.corrections:
+    if not review.rewrite.corrections:
         return
     author = set(question.conversation.owner.groups.values_list("id", flat=True))
     viewer = set(redactor.viewer.groups.values_list("id", flat=True))
     if author <= viewer:
         return
-    for wrong, right in review.corrections:
+    for wrong, right in review.rewrite.corrections:
         pattern = re.compile(rf"(?<!\w){re.escape(right)}(?!\w)", re.IGNORECASE)
-        for query in review.queries:
+        for query in review.rewrite.queries:
             query.text = pattern.sub(wrong, query.text)
-        review.notes = [
-            n for n in (pattern.sub(wrong, note) for note in review.notes) if "spelling:" not in n
+        review.rewrite.notes = [
+            n
+            for n in (pattern.sub(wrong, note) for note in review.rewrite.notes)
+            if "spelling:" not in n
         ]
-    review.corrections = []
+    review.rewrite.corrections = []
 
 
 def _add_answer(review: TurnReview, answer: Message, owner: User) -> None:
@@ -338,34 +320,7 @@ def _add_answer(review: TurnReview, answer: Message, owner: User) -> None:
     ]
 
 
-def _add_rewrite(review: TurnReview, rewrite: dict[str, Any]) -> None:
-    backend = str(rewrite.get("backend") or "")
-    review.backend = backend
-    review.backend_label = str(BACKEND_LABELS.get(backend, backend))
-    review.model = str(rewrite.get("model") or "")
-    review.policy = str(rewrite.get("policy") or "")
-    review.glossary_hits = [h for h in rewrite.get("glossary_hits") or [] if isinstance(h, dict)]
-    review.corrections = sorted((rewrite.get("corrections") or {}).items())
-    review.notes = [str(n) for n in rewrite.get("notes") or []]
-    review.anomalies = [str(a) for a in rewrite.get("anomalies") or []]
-    if rewrite.get("needs_clarification"):
-        review.clarification = rewrite.get("clarification") or {}
-    review.rewrite_error = str(rewrite.get("error") or "")
-
-
-def _add_search(review: TurnReview, search: dict[str, Any]) -> None:
-    queries = search.get("queries") or []
-    review.queries = [
-        QueryRow(
-            number=i,
-            text=str(q.get("text", "")),
-            type=str(q.get("type", "")),
-            type_label=str(QUERY_TYPE_LABELS.get(str(q.get("type", "")), q.get("type", ""))),
-            weight=q.get("weight"),
-            area=str(q.get("area") or ""),
-        )
-        for i, q in enumerate(queries, start=1)
-    ]
+def _add_hits(review: TurnReview, search: dict[str, Any]) -> None:
     passages = set(search.get("passages") or [])
     review.hits = [
         HitRow(

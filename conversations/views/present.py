@@ -12,28 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 
 from conversations.models import Message, TurnTrace
+from conversations.trace import BACKEND_LABELS, QUERY_TYPE_LABELS, rewrite_view
 
 # `**bold**` (the documents are Markdown) and `[n]` citations; nothing else is interpreted.
 _INLINE = re.compile(r"\*\*(?P<bold>[^*\n]+?)\*\*|\[(?P<cite>\d{1,3})\]")
 _SITE_PATH = re.compile(r"/[^\s\x00-\x1f\x7f]*")
-
-QUERY_TYPE_LABELS = {
-    "normalize": gettext_lazy("reformulada"),
-    "expand": gettext_lazy("expandida"),
-    "decompose": gettext_lazy("decomposta"),
-    "multi_query": gettext_lazy("variação"),
-    "hyde": gettext_lazy("hipótese (HyDE)"),
-    "original": gettext_lazy("suas palavras"),
-}
-BACKEND_LABELS = {
-    "rules": gettext_lazy("regras e glossário"),
-    "llm": gettext_lazy("modelo de linguagem"),
-    "none": gettext_lazy("sem reescrita"),
-    "last-turn": gettext_lazy("pergunta anterior + atual"),
-}
 
 
 def chat_labels() -> dict[str, Any]:
@@ -166,43 +151,36 @@ def highlight_segments(text: str, phrases: list[str]) -> list[Segment]:
 
 
 def trace_view(trace: TurnTrace | None, *, question: str) -> dict[str, Any] | None:
-    """The stored rewrite of a turn in the shape of the live `rewrite` frame.
+    """The stored rewrite of a turn (`conversations.trace.rewrite_view`) in the shape of the
+    live `rewrite` frame, with glossary expansions marked in the queries.
 
-    Stored queries are the masked ones (traces never hold raw personal data); the queries
-    actually searched, with the user's own words last, are in `search`, else in `rewrite`.
+    Stored queries are the masked ones (traces never hold raw personal data).
     """
     if trace is None or not trace.rewrite:
         return None
-    rewrite: dict[str, Any] = trace.rewrite
-    searched = (trace.search or {}).get("queries") or rewrite.get("queries") or []
-    glossary = [
-        {"term": str(h.get("term", "")), "expansion": str(h.get("expansion", ""))}
-        for h in rewrite.get("glossary_hits") or []
-    ]
-    expansions = [g["expansion"] for g in glossary]
-    clarification = rewrite.get("clarification") if rewrite.get("needs_clarification") else None
-    backend = str(rewrite.get("backend") or "")
+    view = rewrite_view(trace.rewrite, trace.search)
+    expansions = [g.expansion for g in view.glossary]
     return {
         "original": question,
-        "backend": backend,
-        "backend_label": BACKEND_LABELS.get(backend, backend),
-        "model": rewrite.get("model") or "",
+        "backend": view.backend,
+        "backend_label": view.backend_label,
+        "model": view.model,
         "queries": [
             {
-                "text": str(q.get("text", "")),
-                "type": str(q.get("type", "")),
-                "label": QUERY_TYPE_LABELS.get(str(q.get("type", "")), str(q.get("type", ""))),
-                "weight": q.get("weight"),
-                "segments": highlight_segments(str(q.get("text", "")), expansions),
+                "text": q.text,
+                "type": q.type,
+                "label": q.type_label,
+                "weight": q.weight,
+                "segments": highlight_segments(q.text, expansions),
             }
-            for q in searched
+            for q in view.queries
         ],
-        "glossary": glossary,
-        "corrections": sorted((rewrite.get("corrections") or {}).items()),
-        "notes": [str(n) for n in rewrite.get("notes") or []],
-        "anomalies": [str(a) for a in rewrite.get("anomalies") or []],
+        "glossary": [{"term": g.term, "expansion": g.expansion} for g in view.glossary],
+        "corrections": view.corrections,
+        "notes": view.notes,
+        "anomalies": view.anomalies,
         "errors": [str(e) for e in trace.errors or []],
-        "clarification": clarification,
+        "clarification": view.clarification,
     }
 
 

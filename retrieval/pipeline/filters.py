@@ -15,9 +15,10 @@ control: nothing is removed, and a page outside the user's permissions was never
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
+from typing import TypeVar
 
 from .fusion import MergedHit
 from .rewrite_rules.slots import countries_in, country_spans, slot_of
@@ -29,6 +30,7 @@ from .types import SearchQuery
 # "trabalhar remoto do Uruguai"): the page of the person's own country answers those.
 _LOCATIVE = frozenset({"em", "no", "na", "nos", "nas", "en", "in"})
 _ARTICLES = frozenset({"o", "a", "el", "la", "the"})
+T = TypeVar("T")
 
 
 def locative_countries(text: str) -> frozenset[str]:
@@ -76,13 +78,10 @@ def prefer_countries(merged: Sequence[MergedHit], countries: frozenset[str]) -> 
     ranked = list(merged)
     if not countries:
         return ranked
-    titles: dict[str, frozenset[str]] = {}
+    named_in = _by_title(countries_in)
 
     def rank_class(index: int) -> tuple[int, int]:
-        title = ranked[index].hit.title
-        if title not in titles:
-            titles[title] = countries_in(token_spans(title))
-        named = titles[title]
+        named = named_in(ranked[index].hit.title)
         return (0 if named & countries else 2 if named else 1), index
 
     return [ranked[i] for i in sorted(range(len(ranked)), key=rank_class)]
@@ -140,24 +139,42 @@ def version_ask(texts: Sequence[str], today: date | None = None) -> VersionAsk:
     return VersionAsk(old, year)
 
 
-def _replaced(item: MergedHit) -> bool:
-    if item.hit.superseded:
-        return True
-    return any(t.norm in _REPLACED_TITLE for t in token_spans(item.hit.title))
+def _by_title(derive: Callable[[Sequence[Token]], T]) -> Callable[[str], T]:
+    """`derive` of a title's tokens, computed once per distinct title: one call's hits are
+    passages of a few documents, so most of them share a title."""
+    cache: dict[str, T] = {}
+
+    def of(title: str) -> T:
+        if title not in cache:
+            cache[title] = derive(token_spans(title))
+        return cache[title]
+
+    return of
 
 
-def _of_year(item: MergedHit, year: int) -> bool:
+def _words(tokens: Sequence[Token]) -> frozenset[str]:
+    return frozenset(t.norm for t in tokens)
+
+
+def _replaced(item: MergedHit, title_words: Callable[[str], frozenset[str]]) -> bool:
+    return item.hit.superseded or not _REPLACED_TITLE.isdisjoint(title_words(item.hit.title))
+
+
+def _of_year(item: MergedHit, year: int, title_words: Callable[[str], frozenset[str]]) -> bool:
     if item.hit.effective is not None:
         return item.hit.effective.year == year
-    return any(t.norm == str(year) for t in token_spans(item.hit.title))
+    return str(year) in title_words(item.hit.title)
 
 
 def prefer_current(merged: Sequence[MergedHit], ask: VersionAsk) -> tuple[list[MergedHit], str]:
     """Order the hits by version (see the module's docstring); say what moved, or ""."""
     ranked = list(merged)
-    replaced = [_replaced(item) for item in ranked]
-    if ask.year is not None and any(_of_year(item, ask.year) for item in ranked):
-        keys = [0 if _of_year(item, ask.year) else 1 for item in ranked]
+    title_words = _by_title(_words)
+    replaced = [_replaced(item, title_words) for item in ranked]
+    year = ask.year
+    of_year = [] if year is None else [_of_year(item, year, title_words) for item in ranked]
+    if any(of_year):
+        keys = [0 if hit else 1 for hit in of_year]
         note = f"version: {ask.year}'s pages first"
     elif not any(replaced):
         return ranked, ""

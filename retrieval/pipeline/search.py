@@ -15,7 +15,7 @@ import re
 import threading
 import time
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -73,12 +73,60 @@ class SearchRequest:
 
 
 @dataclass(frozen=True)
+class Reader:
+    """Who reads, as the permission rule sees them (made by `retrieval.access.reader_for`).
+
+    The rule: a document without groups is public, one with groups is readable by their
+    members, and a superuser reads everything. It has three forms, each read off a Reader:
+    `can_read` (Python), `readable_sql` (the search's SQL, bound by `Scope.sql_args`) and
+    `retrieval.access.documents_readable` (the ORM: pages and the admin).
+    """
+
+    group_ids: tuple[int, ...] = ()
+    everything: bool = False  # superusers only
+
+    def can_read(self, document_group_ids: Iterable[int]) -> bool:
+        """Whether this reader may read a document of these groups (none: public)."""
+        groups = set(document_group_ids)
+        return self.everything or not groups or not groups.isdisjoint(self.group_ids)
+
+
+@dataclass(frozen=True)
 class Scope:
     """Where to search and what the reader may see (from the authenticated session)."""
 
     collection_id: int
     group_ids: tuple[int, ...] = ()
     see_everything: bool = False  # superusers only
+
+    @classmethod
+    def of(cls, reader: Reader, *, collection_id: int) -> Scope:
+        return cls(
+            collection_id=collection_id,
+            group_ids=tuple(sorted(reader.group_ids)),
+            see_everything=reader.everything,
+        )
+
+    @property
+    def reader(self) -> Reader:
+        return Reader(group_ids=self.group_ids, everything=self.see_everything)
+
+    def sql_args(self) -> dict[str, Any]:
+        """The values `readable_sql` binds: %(all)s and %(groups)s."""
+        return {"all": self.see_everything, "groups": sorted(self.group_ids)}
+
+
+def readable_sql(groups: str, *, public: str) -> str:
+    """The permission rule as SQL, on a row that carries its document's group ids.
+
+    `groups` names the row's int[] of group ids and `public` its no-groups test (chunks keep
+    an `is_public` flag; vocabulary rows an empty set). Binds `Scope.sql_args`.
+    """
+    return f"(%(all)s OR {public} OR {groups} && %(groups)s::int[])"
+
+
+# On chunks, as both legs of the search filter them.
+_READABLE_CHUNK = readable_sql("c.group_ids", public="c.is_public")
 
 
 def fulltext_words(text: str, max_terms: int = 32) -> list[str]:
@@ -148,7 +196,7 @@ def _tier(kind: str, gate: str, *, by_row: bool = False) -> str:
             FROM retrieval_chunk c, q
             WHERE {gate}
               AND c.collection_id{{IN_COLLECTION}}
-              AND (%(all)s OR c.is_public OR c.group_ids && %(groups)s::int[])
+              AND {_READABLE_CHUNK}
               AND {_matches_row(kind) if by_row else _matches(kind)}
             LIMIT %(scan)s
         ) s, q
@@ -239,17 +287,17 @@ LIMIT %(limit)s
 
 
 # The vector leg (the benchmark times its variants with this same SQL).
-VECTOR_LEG_SQL = """
+VECTOR_LEG_SQL = f"""
     SELECT id, row_number() OVER (ORDER BY distance) AS rank
     FROM (
         SELECT c.id, c.embedding <=> %(qvec)s::vector AS distance
         FROM retrieval_chunk c
         WHERE c.collection_id = %(collection)s
-          AND (%(all)s OR c.is_public OR c.group_ids && %(groups)s::int[])
+          AND {_READABLE_CHUNK}
         ORDER BY c.embedding <=> %(qvec)s::vector
         LIMIT %(kv)s
     ) nearest
-"""
+"""  # noqa: S608 - composed of constants; every value is a bound parameter
 # Without a query vector (embedder down) the vector leg is empty and full-text answers alone.
 _NO_VEC_LEG = "SELECT NULL::bigint AS id, NULL::bigint AS rank WHERE false"
 # A vector-only search (`legs="vector"`): the full-text leg is empty likewise.
@@ -340,8 +388,7 @@ def hybrid_search(
         "words": fulltext_words(request.text),
         "qvec": _vector_literal(request.vector),
         "collection": scope.collection_id,
-        "all": scope.see_everything,
-        "groups": list(scope.group_ids),
+        **scope.sql_args(),
         "kv": params.vector_candidates,
         "kt": params.text_candidates,
         "rerank": max(params.text_rerank, params.text_candidates),

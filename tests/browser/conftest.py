@@ -13,12 +13,8 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +22,8 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+
+from tests.support import web_servers
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -41,13 +39,6 @@ E2E_DATABASE = "chatrag_e2e"
 ARTIFACTS = Path(os.environ.get("CHATRAG_ARTIFACTS", "artifacts")).resolve()
 SCREENSHOTS = ARTIFACTS / "screenshots"
 DEMO_PASSWORDS = {"ana": "ana-demo-2026", "rita": "rita-demo-2026", "admin": "admin-demo-2026"}
-
-
-@dataclass
-class Server:
-    url: str
-    process: subprocess.Popen[bytes]
-    log: Path
 
 
 @dataclass
@@ -100,54 +91,6 @@ def _admin(server: dict[str, Any], statement: str) -> None:
     params = {k: v for k, v in server.items() if v}
     with psycopg.connect(**params, dbname="postgres", autocommit=True) as conn:
         conn.execute(statement)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_healthy(url: str, process: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"daphne exited early:\n{log.read_text(errors='replace')[-3000:]}")
-        try:
-            with urllib.request.urlopen(url + "/healthz", timeout=2) as response:  # noqa: S310
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.3)
-    pytest.fail(f"daphne did not answer /healthz in {timeout}s:\n{log.read_text()[-3000:]}")
-
-
-def _start_daphne(env: dict[str, str], name: str) -> Server:
-    port = _free_port()
-    log = ARTIFACTS / f"{name}.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-            + ["chatrag.asgi:application"],
-            cwd=BASE_DIR,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    server = Server(url=f"http://127.0.0.1:{port}", process=process, log=log)
-    _wait_healthy(server.url, process, log, timeout=90)
-    return server
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
 
 
 @pytest.fixture(scope="session")
@@ -207,11 +150,8 @@ def e2e_db(e2e_env: tuple[dict[str, str], E2EDatabase]) -> E2EDatabase:
 @pytest.fixture(scope="session")
 def live_url(e2e_env: tuple[dict[str, str], E2EDatabase]) -> Iterator[str]:
     """The app under daphne with no model server (rule rewrite, extractive answers)."""
-    server = _start_daphne(e2e_env[0], "e2e-daphne")
-    try:
+    with web_servers(e2e_env[0], ARTIFACTS, name="e2e-daphne") as (server,):
         yield server.url
-    finally:
-        _stop(server.process)
 
 
 @pytest.fixture(scope="session")
@@ -219,11 +159,8 @@ def slow_url(e2e_env: tuple[dict[str, str], E2EDatabase]) -> Iterator[str]:
     """The app with a scripted model that streams for about a minute."""
     env = {**e2e_env[0], "CHATRAG_LLM_BACKEND": "tests.browser.slow_model.SlowChat"}
     env["CHATRAG_LLM_TIMEOUT"] = "5"
-    server = _start_daphne(env, "e2e-daphne-slow")
-    try:
+    with web_servers(env, ARTIFACTS, name="e2e-daphne-slow") as (server,):
         yield server.url
-    finally:
-        _stop(server.process)
 
 
 @pytest.fixture(scope="session")

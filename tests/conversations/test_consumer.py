@@ -459,3 +459,17 @@ async def test_dropped_socket_does_not_stop_the_turn(
     assert answer.status == Message.Status.COMPLETE
     assert answer.text == FIRST_PIECE + " por ano."
     assert answer.sources == frames[-1]["sources"]
+
+
+async def test_a_new_conversation_is_announced_once_its_message_is_stored(
+    personas: dict[str, Any],
+) -> None:
+    """The page moves to the conversation's address on this frame: a reload must find it."""
+    communicator = await _connected(personas["ana"])
+    await communicator.send_json_to({"type": "message", "conversation": None, "text": "férias?"})
+    created = await communicator.receive_json_from(timeout=WAIT_S)
+    assert created["type"] == "conversation"
+    stored = await _messages(created["id"])
+    assert [(m.role, m.text) for m in stored] == [("user", "férias?")]
+    await _until(communicator, "done", "clarify", "error")
+    await communicator.disconnect()

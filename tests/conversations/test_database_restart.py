@@ -12,29 +12,30 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
 import shutil
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psycopg
 import pytest
-from websockets.asyncio.client import ClientConnection, connect
 
-from chatrag import devdb, devserver
+from chatrag import devdb
 from chatrag.fakemodel import FakeModelConfig, FakeModelServer
-from tests.conftest import DEMO_KB
-from tests.support import manage
+from tests.support import (
+    app_env,
+    app_seed,
+    chat_socket,
+    eventually,
+    login,
+    socket_until,
+    web_servers,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
 
-WAIT_S = 60  # a hang guard, never a performance assertion
 QUESTION = "quantos dias de férias eu tenho por ano?"
 DOCUMENTS = ["pt/ferias-regras-gerais", "pt/vale-refeicao-regra-geral", "pt/pedido-de-demissao"]
 FAILURE_TEXT = "Não foi possível responder agora. Sua mensagem foi guardada; tente de novo."
@@ -59,85 +60,28 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     tmp = tmp_path_factory.mktemp("db-restart")
     model = FakeModelServer(FakeModelConfig(latency=0.05, gap=0.05, pieces=40)).start()
-    web = None
     try:
         params = devdb.ensure_running(pgdata)
-        env = {
-            **os.environ,
-            "DATABASE_URL": devdb.database_url(params),
-            "CHATRAG_DEBUG": "1",
-            "CHATRAG_VAR_DIR": str(tmp / "var"),
-            "CHATRAG_EMBEDDER": "retrieval.embeddings.HashingEmbedder",
-            "CHATRAG_LLM_BACKEND": "retrieval.pipeline.llm.OllamaChat",
-            "CHATRAG_LLM_URL": model.url,
-            "CHATRAG_LLM_MODEL": "fake",
-            "CHATRAG_RATE_LIMIT_PER_MINUTE": "1000",
-            "PYTHONUNBUFFERED": "1",
-        }
-        env.pop("REDIS_URL", None)
-        manage(env, "migrate", "--noinput")
-        manage(env, "ingest", *[str(DEMO_KB / f"{d}.md") for d in DOCUMENTS], "--quiet")
-        manage(env, "seed_demo", "--no-ingest")
-        port = devserver.free_port()
-        web = devserver.start_web(env, port, tmp / "daphne.log")
-        url = f"http://127.0.0.1:{port}"
-        devserver.wait_healthy(url, web)
+        env = app_env(database_url=devdb.database_url(params), tmp=tmp, model_url=model.url)
+        app_seed(env, DOCUMENTS)
         conninfo = {"host": params["HOST"], "port": params["PORT"], "user": params["USER"]}
         conninfo["dbname"] = params["NAME"]
-        yield App(url=url, pgdata=pgdata, conninfo=conninfo, model=model)
+        with web_servers(env, tmp) as (web,):
+            yield App(url=web.url, pgdata=pgdata, conninfo=conninfo, model=model)
     finally:
-        if web is not None:
-            devserver.stop_process(web)
-            print((tmp / "daphne.log").read_text(errors="replace")[-4000:])
         model.stop()
         devdb.stop(pgdata, mode="immediate")
         shutil.rmtree(pgdata, ignore_errors=True)
 
 
-async def _login(url: str, username: str, password: str) -> str:
-    """Sign in through the login form, as a browser does; return the session cookie."""
-    async with httpx.AsyncClient(base_url=url, timeout=WAIT_S) as client:
-        page = await client.get("/login/")
-        match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
-        assert match, page.text[:500]
-        response = await client.post(
-            "/login/",
-            data={"username": username, "password": password, "csrfmiddlewaretoken": match[1]},
-        )
-        assert response.status_code == 302, response.text[:500]
-        return str(client.cookies["sessionid"])
-
-
-async def _until(socket: ClientConnection, *types: str) -> list[dict[str, Any]]:
-    """Frames up to and including the first one of `types`."""
-    frames: list[dict[str, Any]] = []
-    while True:
-        frame = json.loads(await asyncio.wait_for(socket.recv(), WAIT_S))
-        frames.append(frame)
-        if frame["type"] in types:
-            return frames
-
-
-async def _eventually(check: Any, what: str) -> Any:
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        result = await asyncio.to_thread(check)
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        await asyncio.sleep(0.3)
-
-
 async def test_database_restart_mid_answer_keeps_the_message_and_the_next_turn_works(
     app: App,
 ) -> None:
-    cookie = await _login(app.url, "ana", "ana-demo-2026")
-    headers = {"Cookie": f"sessionid={cookie}", "Origin": app.url}
-    ws_url = app.url.replace("http://", "ws://") + "/ws/chat/"
+    cookie = await login(app.url, "ana", "ana-demo-2026")
     app.model.hold()
-    async with connect(ws_url, additional_headers=headers) as socket:
+    async with chat_socket(app.url, cookie) as socket:
         await socket.send(json.dumps({"type": "message", "conversation": None, "text": QUESTION}))
-        frames = await _until(socket, "delta")
+        frames = await socket_until(socket, "delta")
         conversation = frames[0]["id"]
         accepted = next(f for f in frames if f["type"] == "accepted")
         sources = next(f for f in frames if f["type"] == "sources")
@@ -146,7 +90,7 @@ async def test_database_restart_mid_answer_keeps_the_message_and_the_next_turn_w
         # The database goes away while the model is still writing the answer.
         assert await asyncio.to_thread(devdb.stop, app.pgdata)
         app.model.release()
-        rest = await _until(socket, "error", "done")
+        rest = await socket_until(socket, "error", "done")
         seen = "".join(f["delta"] for f in frames + rest if f["type"] == "delta")
 
         # The user is told, on the socket that asked, and their question is kept.
@@ -169,7 +113,7 @@ async def test_database_restart_mid_answer_keeps_the_message_and_the_next_turn_w
             except psycopg.OperationalError:
                 return []
 
-        ((status, text, detail),) = await _eventually(answer_settled, "the answer marked failed")
+        ((status, text, detail),) = await eventually(answer_settled, "the answer marked failed")
         assert status == "error"
         assert text == seen
         assert detail.startswith("turn failed: OperationalError")
@@ -182,7 +126,7 @@ async def test_database_restart_mid_answer_keeps_the_message_and_the_next_turn_w
         await socket.send(
             json.dumps({"type": "message", "conversation": conversation, "text": QUESTION})
         )
-        frames = await _until(socket, "done", "error")
+        frames = await socket_until(socket, "done", "error")
         kinds = [f["type"] for f in frames]
         assert kinds[-1] == "done", frames[-3:]
         assert {"accepted", "rewrite", "sources", "delta"} <= set(kinds)
@@ -198,19 +142,19 @@ async def test_database_restart_mid_answer_keeps_the_message_and_the_next_turn_w
     # whose listener reconnected after the restart.
     app.model.hold()
     async with (
-        connect(ws_url, additional_headers=headers) as asking,
-        connect(ws_url, additional_headers=headers) as watching,
+        chat_socket(app.url, cookie) as asking,
+        chat_socket(app.url, cookie) as watching,
     ):
         await watching.send(json.dumps({"type": "open", "conversation": conversation}))
         await watching.send(json.dumps({"type": "ping"}))
-        await _until(watching, "pong")
+        await socket_until(watching, "pong")
         await asking.send(
             json.dumps({"type": "message", "conversation": conversation, "text": QUESTION})
         )
-        await _until(asking, "delta")
+        await socket_until(asking, "delta")
         app.model.release()
-        mine = await _until(asking, "done")
-        theirs = await _until(watching, "done")
+        mine = await socket_until(asking, "done")
+        theirs = await socket_until(watching, "done")
         assert theirs[-1]["text"] == mine[-1]["text"]
     assert app.query("SELECT count(*) FROM conversations_message WHERE status = 'streaming'") == [
         (0,)

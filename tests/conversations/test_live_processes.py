@@ -12,27 +12,30 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import signal
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import psycopg
 import pytest
 from psycopg import sql
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection
 
-from chatrag import devserver
 from chatrag.fakemodel import FakeModelConfig, FakeModelServer
-from tests.conftest import DEMO_KB
-from tests.support import database_url, manage
+from tests.support import (
+    app_env,
+    app_seed,
+    chat_socket,
+    database_url,
+    login,
+    socket_until,
+    web_servers,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
 
-WAIT_S = 60  # a hang guard, never a performance assertion
 LIMIT = 3  # messages a minute per user, on both servers together
 DOCUMENTS = ["pt/ferias-regras-gerais", "pt/vale-refeicao-regra-geral"]
 REDIS_URL = os.environ.get("CHATRAG_TEST_REDIS_URL", "")
@@ -81,42 +84,25 @@ def servers(
         )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     model = FakeModelServer(FakeModelConfig(latency=0.05, gap=0.05, pieces=40)).start()
-    webs: list[Any] = []
     try:
-        env = {
-            **os.environ,
-            "DATABASE_URL": url,
-            "CHATRAG_DEBUG": "1",
-            "CHATRAG_ENV_FILE": str(tmp / "no-env-file"),
-            "CHATRAG_VAR_DIR": str(tmp / "var"),
-            "CHATRAG_EMBEDDER": "retrieval.embeddings.HashingEmbedder",
-            "CHATRAG_LLM_BACKEND": "retrieval.pipeline.llm.OllamaChat",
-            "CHATRAG_LLM_URL": model.url,
-            "CHATRAG_LLM_MODEL": "fake",
-            "CHATRAG_RATE_LIMIT_PER_MINUTE": str(LIMIT),
+        env = app_env(
+            database_url=url,
+            tmp=tmp,
+            model_url=model.url,
+            rate_limit=LIMIT,
             # The shared Redis keeps this run's counts apart from any other's.
-            "CHATRAG_CACHE_KEY_PREFIX": f"test-{uuid.uuid4().hex[:8]}",
-            "PYTHONUNBUFFERED": "1",
-        }
-        env.pop("REDIS_URL", None)
-        if mode == "redis":
-            env["REDIS_URL"] = REDIS_URL
-        manage(env, "migrate", "--noinput")
-        manage(env, "ingest", *[str(DEMO_KB / f"{d}.md") for d in DOCUMENTS], "--quiet")
-        manage(env, "seed_demo", "--no-ingest")
-        ports = [devserver.free_port(), devserver.free_port()]
-        for i, port in enumerate(ports):
-            webs.append(devserver.start_web(env, port, tmp / f"daphne-{i}.log"))
-        urls = tuple(f"http://127.0.0.1:{port}" for port in ports)
-        for web, base in zip(webs, urls, strict=True):
-            devserver.wait_healthy(base, web)
-        yield Servers(urls=(urls[0], urls[1]), webs=(webs[0], webs[1]), model=model, conninfo=url)
+            CHATRAG_CACHE_KEY_PREFIX=f"test-{uuid.uuid4().hex[:8]}",
+            **({"REDIS_URL": REDIS_URL} if mode == "redis" else {}),
+        )
+        app_seed(env, DOCUMENTS)
+        with web_servers(env, tmp, count=2) as (first, second):
+            yield Servers(
+                urls=(first.url, second.url),
+                webs=(first.process, second.process),
+                model=model,
+                conninfo=url,
+            )
     finally:
-        for i, web in enumerate(webs):
-            if web.poll() is None:
-                os.kill(web.pid, signal.SIGCONT)  # in case a test left it frozen
-            devserver.stop_process(web)
-            print((tmp / f"daphne-{i}.log").read_text(errors="replace")[-3000:])
         model.stop()
         with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute(
@@ -124,45 +110,16 @@ def servers(
             )
 
 
-async def _login(url: str, username: str, password: str) -> str:
-    """Sign in through the login form, as a browser does; return the session cookie."""
-    async with httpx.AsyncClient(base_url=url, timeout=WAIT_S) as client:
-        page = await client.get("/login/")
-        match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
-        assert match, page.text[:500]
-        response = await client.post(
-            "/login/",
-            data={"username": username, "password": password, "csrfmiddlewaretoken": match[1]},
-        )
-        assert response.status_code == 302, response.text[:500]
-        return str(client.cookies["sessionid"])
-
-
-def _socket(url: str, cookie: str) -> Any:
-    headers = {"Cookie": f"sessionid={cookie}", "Origin": url}
-    return connect(url.replace("http://", "ws://") + "/ws/chat/", additional_headers=headers)
-
-
-async def _until(socket: ClientConnection, *types: str) -> list[dict[str, Any]]:
-    """Frames up to and including the first one of `types`."""
-    frames: list[dict[str, Any]] = []
-    while True:
-        frame = json.loads(await asyncio.wait_for(socket.recv(), WAIT_S))
-        frames.append(frame)
-        if frame["type"] in types:
-            return frames
-
-
 async def _pong(socket: ClientConnection) -> list[dict[str, Any]]:
     """Everything the server sent before answering a ping (frames are answered in order)."""
     await socket.send(json.dumps({"type": "ping"}))
-    return (await _until(socket, "pong"))[:-1]
+    return (await socket_until(socket, "pong"))[:-1]
 
 
 async def _writing(socket: ClientConnection, text: str) -> tuple[int, int, int]:
     """Ask on `socket` and wait until the answer is being written: (conversation, q, a)."""
     await socket.send(json.dumps({"type": "message", "conversation": None, "text": text}))
-    frames = await _until(socket, "delta")
+    frames = await socket_until(socket, "delta")
     accepted = next(f for f in frames if f["type"] == "accepted")
     sources = next(f for f in frames if f["type"] == "sources")
     return accepted["conversation"], accepted["message_id"], sources["message_id"]
@@ -170,21 +127,21 @@ async def _writing(socket: ClientConnection, text: str) -> tuple[int, int, int]:
 
 async def test_a_stop_on_one_server_stops_the_turn_running_on_the_other(servers: Servers) -> None:
     first, second = servers.urls
-    cookie = await _login(first, "ana", "ana-demo-2026")
+    cookie = await login(first, "ana", "ana-demo-2026")
     servers.model.hold()
     try:
-        async with _socket(first, cookie) as asking, _socket(second, cookie) as other:
+        async with chat_socket(first, cookie) as asking, chat_socket(second, cookie) as other:
             conversation, question, answer = await _writing(asking, "quantos dias de férias?")
             # The other tab, on the other server, follows the conversation and presses stop.
             await other.send(json.dumps({"type": "open", "conversation": conversation}))
-            snapshot = (await _until(other, "snapshot"))[-1]
+            snapshot = (await socket_until(other, "snapshot"))[-1]
             assert snapshot["message_id"] == answer
             await other.send(json.dumps({"type": "stop", "message_id": question}))
 
             # The model is still holding the stream: only the stop can end the turn.
-            done = (await _until(asking, "done"))[-1]
+            done = (await socket_until(asking, "done"))[-1]
             assert (done["message_id"], done["status"]) == (answer, "stopped")
-            relayed = (await _until(other, "done"))[-1]
+            relayed = (await socket_until(other, "done"))[-1]
             assert relayed["status"] == "stopped"
             # The stop was confirmed: the other tab is not told it failed.
             await asyncio.sleep(3.5)  # past the consumer's STOP_ACK_S
@@ -197,21 +154,21 @@ async def test_a_stop_on_one_server_stops_the_turn_running_on_the_other(servers:
 
 async def test_the_rate_limit_is_counted_once_across_both_servers(servers: Servers) -> None:
     first, second = servers.urls
-    cookie = await _login(first, "rita", "rita-demo-2026")
-    async with _socket(first, cookie) as on_first, _socket(second, cookie) as on_second:
+    cookie = await login(first, "rita", "rita-demo-2026")
+    async with chat_socket(first, cookie) as on_first, chat_socket(second, cookie) as on_second:
         sockets = [on_first, on_second, on_first]  # LIMIT messages, split over both servers
         for i, socket in enumerate(sockets):
             await socket.send(
                 json.dumps({"type": "message", "conversation": None, "text": f"férias {i}?"})
             )
-            accepted = await _until(socket, "accepted", "error")
+            accepted = await socket_until(socket, "accepted", "error")
             assert accepted[-1]["type"] == "accepted", accepted[-1]
         # A fourth on the server that has seen only one: one allowance, not one per server.
         await on_second.send(json.dumps({"type": "message", "conversation": None, "text": "e?"}))
-        refused = (await _until(on_second, "accepted", "error"))[-1]
+        refused = (await socket_until(on_second, "accepted", "error"))[-1]
         assert (refused["type"], refused["code"]) == ("error", "rate_limited")
         for socket in (on_first, on_second):  # let the turns finish before the sockets go
-            await _until(socket, "done", "clarify", "error")
+            await socket_until(socket, "done", "clarify", "error")
     count = servers.query(
         "SELECT count(*) FROM conversations_message m "
         "JOIN conversations_conversation c ON c.id = m.conversation_id "
@@ -224,16 +181,16 @@ async def test_the_rate_limit_is_counted_once_across_both_servers(servers: Serve
 async def test_a_stop_that_cannot_reach_the_turn_is_told_to_the_user(servers: Servers) -> None:
     """The server running the turn does not answer (frozen): the other tells its user."""
     first, second = servers.urls
-    cookie = await _login(second, "admin", "admin-demo-2026")
+    cookie = await login(second, "admin", "admin-demo-2026")
     servers.model.hold()
     frozen = servers.webs[0]
     try:
-        async with _socket(first, cookie) as asking, _socket(second, cookie) as other:
+        async with chat_socket(first, cookie) as asking, chat_socket(second, cookie) as other:
             _conversation, question, _answer = await _writing(asking, "e o vale-refeição?")
             os.kill(frozen.pid, signal.SIGSTOP)
             try:
                 await other.send(json.dumps({"type": "stop", "message_id": question}))
-                error = (await _until(other, "error"))[-1]
+                error = (await socket_until(other, "error"))[-1]
                 assert error["code"] == "stop_failed"
                 assert "could not be stopped" in error["message"]
                 assert "reply_to" not in error  # a notice: the turn itself is left as it is
@@ -241,7 +198,7 @@ async def test_a_stop_that_cannot_reach_the_turn_is_told_to_the_user(servers: Se
                 os.kill(frozen.pid, signal.SIGCONT)
             servers.model.release()
             # Once it answers again, the server gets the stop that was waiting for it.
-            done = (await _until(asking, "done"))[-1]
+            done = (await socket_until(asking, "done"))[-1]
             assert done["status"] in {"stopped", "complete"}
     finally:
         servers.model.release()

@@ -1,0 +1,178 @@
+"""A turn's answer step, in one place for the chat and the evaluation (pure: no Django).
+
+The model's grounded answer when there is a model; else, or when it fails, the extractive
+one. `on_piece` receives the answer as the user sees it (unmasked) while it is written: the
+chat streams it, the evaluation and `manage.py ask` pass nothing and read the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import date
+from typing import Literal
+
+from .answer import (
+    build_answer_messages,
+    clean_citations,
+    context_passages,
+    extractive_answer,
+    label,
+    passages_from_hits,
+    query_rankings,
+)
+from .llm import ChatModel, LLMError
+from .masking import split_unfinished_placeholder
+from .retrieve import RetrievalOutcome
+from .text import token_spans
+from .types import LexiconView
+
+# The extractive answer streams in pieces this long, so the page behaves the same with or
+# without a model.
+EXTRACTIVE_PIECE = 48
+
+AnswerKind = Literal["model", "extractive", "nothing"]
+OnPiece = Callable[[str], Awaitable[None]]
+# Corpus statistics for the extractive answer's words (rarity from the whole collection
+# instead of the passages); None when they cannot be had.
+Lexicon = Callable[[set[str]], Awaitable[LexiconView | None]]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the turn answers."""
+
+    text: str  # as shown: unmasked, citations of no passage dropped
+    kind: AnswerKind
+    stopped: bool = False  # the user stopped it: `text` is what they saw
+    error: str = ""  # why the model's answer was not used, or was cut short
+
+
+async def answer_turn(
+    *,
+    outcome: RetrievalOutcome,
+    language: str,
+    model: ChatModel | None,
+    today: date,
+    model_timeout: float,
+    on_piece: OnPiece | None = None,
+    stop: asyncio.Event | None = None,
+    lexicon: Lexicon | None = None,
+) -> Answer:
+    """Answer the retrieved turn, sending its pieces to `on_piece` as they are written."""
+    stop = stop if stop is not None else asyncio.Event()
+    passages = passages_from_hits(outcome.passages)
+    shown = ""  # what `on_piece` has been given
+
+    async def send(piece: str) -> None:
+        nonlocal shown
+        shown += piece
+        if on_piece is not None:
+            await on_piece(piece)
+
+    def done(text: str, kind: AnswerKind, *, stopped: bool = False, error: str = "") -> Answer:
+        final, _cited = clean_citations(outcome.masker.unmask(text), len(passages))
+        return Answer(final, kind, stopped=stopped, error=error)
+
+    if not passages:
+        text = label("nothing", language)
+        await send(text)
+        return done(text, "nothing")
+
+    prefix = error = ""
+    if model is not None:
+        messages = build_answer_messages(
+            question=outcome.masked_question,
+            passages=passages,
+            history=outcome.masked_window,
+            today=today,
+            language=language,
+        )
+        try:
+            pending = ""  # a placeholder like "[EMAIL_1]" may arrive split over pieces
+            async for raw in _until_stopped(model.stream(messages, timeout=model_timeout), stop):
+                if stop.is_set():
+                    return done(shown, "model", stopped=True)
+                ready, pending = split_unfinished_placeholder(pending + raw)
+                if ready:
+                    await send(outcome.masker.unmask(ready))
+            if stop.is_set():
+                return done(shown, "model", stopped=True)
+            if pending:
+                await send(outcome.masker.unmask(pending))
+            if shown.strip():
+                return done(shown, "model")
+            error = "the model returned an empty answer"
+        except LLMError as exc:
+            error = f"model failed: {exc}"
+            if shown.strip():
+                note = "\n\n(" + _model_cut_note(language) + ")"
+                await send(note)
+                return done(shown, "model", error=error)
+        # No usable model output: fall back to the extractive answer, saying why.
+        prefix = _model_failed_note(language) + "\n\n"
+
+    # The "no model" label is the page's badge (`extractive`), not the answer's first line.
+    # Lines may come from other found sections of the shown documents, citing their card.
+    context = context_passages(outcome.passages, outcome.merged)
+    view = None
+    if lexicon is not None:
+        view = await lexicon({t.norm for p in context for t in token_spans(p.text)})
+    text = prefix + extractive_answer(
+        question=outcome.masked_question,
+        queries=[q.text for q in outcome.queries],
+        passages=context,
+        language=language,
+        rewrite=outcome.rewrite,
+        df=view.df if view else None,
+        n_chunks=view.n_chunks if view else 0,
+        rankings=query_rankings(outcome.queries, outcome.merged),
+    )
+    text = outcome.masker.unmask(text)
+    if on_piece is None:
+        return done(text, "extractive", error=error)
+    for start in range(0, len(text), EXTRACTIVE_PIECE):
+        if stop.is_set():
+            return done(text[:start], "extractive", stopped=True, error=error)
+        await send(text[start : start + EXTRACTIVE_PIECE])
+        await asyncio.sleep(0)
+    return done(text, "extractive", error=error)
+
+
+async def _until_stopped(pieces: AsyncIterator[str], stop: asyncio.Event) -> AsyncIterator[str]:
+    """Yield the model's pieces until the user stops, without waiting for a stalled model."""
+    stopped = asyncio.ensure_future(stop.wait())
+    following: asyncio.Future[str] | None = None
+    try:
+        while True:
+            following = asyncio.ensure_future(anext(pieces))
+            await asyncio.wait({following, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not following.done():
+                return
+            try:
+                piece = following.result()
+            except StopAsyncIteration:
+                return
+            yield piece
+    finally:
+        stopped.cancel()
+        if following is not None and not following.done():
+            following.cancel()  # closes the model's HTTP response
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, LLMError):
+                await following
+
+
+def _model_cut_note(language: str) -> str:
+    return {
+        "es": "La respuesta del modelo se interrumpió; el texto de arriba puede estar incompleto.",
+        "en": "The model's answer was cut off; the text above may be incomplete.",
+    }.get(language, "A resposta do modelo foi interrompida; o texto acima pode estar incompleto.")
+
+
+def _model_failed_note(language: str) -> str:
+    return {
+        "es": "El modelo de lenguaje no respondió; se muestra una respuesta extractiva.",
+        "en": "The language model did not answer; showing an extractive answer.",
+    }.get(language, "O modelo de linguagem não respondeu; mostrando uma resposta extrativa.")
