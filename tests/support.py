@@ -186,6 +186,26 @@ def celery_call(env: dict[str, str], cwd: Path, task: str, *args: str, queue: st
 SERVER_WAIT_S = 60  # a hang guard for one frame or one condition, never a performance assertion
 
 
+def worker_env(tmp: Path, embedder: dict[str, str], **extra: str) -> dict[str, str]:
+    """The environment of a Celery worker on the test database, embedding with `embedder`'s
+    settings, with a broker folder of its own under `tmp` (and no Redis)."""
+    import os
+
+    from django.db import connection
+
+    env = {
+        **os.environ,
+        **embedder,
+        "DATABASE_URL": database_url(connection.settings_dict),
+        "CHATRAG_VAR_DIR": str(tmp / "var"),
+        "CHATRAG_DEBUG": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(BASE_DIR), os.environ.get("PYTHONPATH")])),
+        **extra,
+    }
+    env.pop("REDIS_URL", None)
+    return env
+
+
 def app_env(
     *, database_url: str, tmp: Path, model_url: str, rate_limit: int = 1000, **extra: str
 ) -> dict[str, str]:

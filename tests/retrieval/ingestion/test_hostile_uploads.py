@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
@@ -36,7 +35,7 @@ from retrieval.models import Document, IngestionJob
 from retrieval.services import default_collection
 from tests.hostile_uploads import HOSTILE_UPLOADS, MAX_BYTES, HostileUpload
 from tests.retrieval.ingestion.test_job_faults import EmbeddingServer
-from tests.support import BASE_DIR, celery_call, database_url, start_celery_worker
+from tests.support import celery_call, start_celery_worker, worker_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -55,15 +54,7 @@ def live(
     """The worker's environment; uploads stored under tmp; the admin's enqueue recorded, so
     the test publishes each job to its own worker's broker folder."""
     settings.MEDIA_ROOT = tmp_path / "media"
-    env = {
-        **os.environ,
-        **remote_embedder,
-        "DATABASE_URL": database_url(connection.settings_dict),
-        "CHATRAG_VAR_DIR": str(tmp_path / "var"),  # a broker folder of this test's own
-        "CHATRAG_DEBUG": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(BASE_DIR), os.environ.get("PYTHONPATH")])),
-    }
-    env.pop("REDIS_URL", None)
+    env = worker_env(tmp_path, remote_embedder)
     queued: list[str] = []
     monkeypatch.setattr(jobs, "_enqueue", queued.append)
     client = Client()

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
@@ -27,7 +26,7 @@ from retrieval.embeddings import HashingEmbedder, _load
 from retrieval.ingestion.jobs import ingestion_job_run
 from retrieval.models import Chunk, Document, IngestionJob
 from retrieval.services import default_collection
-from tests.support import BASE_DIR, celery_call, database_url, start_celery_worker
+from tests.support import celery_call, start_celery_worker, worker_env
 
 WAIT_S = 120  # a hang guard, never a performance assertion
 NAMES = ["a", "b", "c", "d", "e"]
@@ -216,15 +215,7 @@ def test_worker_killed_mid_job_is_swept_on_restart_and_the_job_completes(
     workers: list[subprocess.Popen[bytes]],
 ) -> None:
     kb = _write_kb(tmp_path / "kb")
-    env = {
-        **os.environ,
-        **remote_embedder,
-        "DATABASE_URL": database_url(connection.settings_dict),
-        "CHATRAG_VAR_DIR": str(tmp_path / "var"),  # a broker folder of this test's own
-        "CHATRAG_DEBUG": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(BASE_DIR), os.environ.get("PYTHONPATH")])),
-    }
-    env.pop("REDIS_URL", None)
+    env = worker_env(tmp_path, remote_embedder)
     job = IngestionJob.objects.create(collection=default_collection(), paths=[str(kb)])
     embedding_server.stall_from = 2  # the second batch hangs: the job is mid-way
 

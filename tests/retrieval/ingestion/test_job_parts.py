@@ -35,7 +35,7 @@ from tests.retrieval.ingestion.test_job_faults import (
     _wait,
     _write_kb,
 )
-from tests.support import BASE_DIR, celery_call, database_url, start_celery_worker
+from tests.support import celery_call, start_celery_worker, worker_env
 
 Parts = list[tuple[str, int, list[list[str]]]]
 
@@ -202,17 +202,7 @@ class FirstRequestStalls(EmbeddingServer):
 
 
 def _worker_env(tmp_path: Path, embedder: dict[str, str]) -> dict[str, str]:
-    env = {
-        **os.environ,
-        **embedder,
-        "DATABASE_URL": database_url(connection.settings_dict),
-        "CHATRAG_VAR_DIR": str(tmp_path / "var"),  # a broker folder of this test's own
-        "CHATRAG_DEBUG": "1",
-        "CHATRAG_INGEST_PART_FILES": "2",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(BASE_DIR), os.environ.get("PYTHONPATH")])),
-    }
-    env.pop("REDIS_URL", None)
-    return env
+    return worker_env(tmp_path, embedder, CHATRAG_INGEST_PART_FILES="2")
 
 
 @pytest.mark.slow

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import time
-import zipfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 
 from retrieval.ingestion import chunking, parsers
 from retrieval.ingestion.parsers import ParseError, ParseLimits, parse_file, parse_file_isolated
+from tests.hostile_uploads import docx
 
 MB = 1_000_000
 # Generous for a loaded machine: the patterns fixed here took 13 s at n = 2000 and grow as n³.
@@ -112,28 +112,7 @@ def test_heading_text_is_stripped_as_before(line: str, heading: str) -> None:
 
 def _docx_with_empty_paragraphs(path: Path, count: int, paragraph: str = "<w:p/>") -> None:
     """A valid .docx whose body is `count` empty paragraphs (it zips to a few KB)."""
-    ns = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
-    body = paragraph * count
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr(
-            "[Content_Types].xml",
-            '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/'
-            'content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats'
-            '-package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/>'
-            '<Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-'
-            'officedocument.wordprocessingml.document.main+xml"/></Types>',
-        )
-        archive.writestr(
-            "_rels/.rels",
-            '<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/'
-            '2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/'
-            'officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/>'
-            "</Relationships>",
-        )
-        archive.writestr(
-            "word/document.xml",
-            f'<?xml version="1.0"?><w:document {ns}><w:body>{body}</w:body></w:document>',
-        )
+    docx(path, paragraph * count)
 
 
 def test_the_attack_docx_of_millions_of_empty_paragraphs_is_refused_fast(tmp_path: Path) -> None:
