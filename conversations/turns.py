@@ -27,7 +27,7 @@ from conversations.models import Message, TurnTrace
 from conversations.selectors import history_before
 from retrieval.embeddings import Embedder
 from retrieval.models import Collection
-from retrieval.pipeline.answer import answer_language
+from retrieval.pipeline.answer import answer_language, label
 from retrieval.pipeline.fusion import MergedHit
 from retrieval.pipeline.llm import ChatModel
 from retrieval.pipeline.respond import Answer, answer_turn
@@ -393,10 +393,11 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
             {
                 "type": "error",
                 "reply_to": message_id,
-                "message": _failure_text(
+                "message": label(
+                    "failure",
                     answer_language(ctx.question, ctx.default_language)
                     if ctx
-                    else default_language()
+                    else default_language(),
                 ),
                 "detail": exc.__class__.__name__,
             }
@@ -478,10 +479,3 @@ def _never_raising(emit: Emit, message_id: int) -> Emit:
             )
 
     return send
-
-
-def _failure_text(language: str) -> str:
-    return {
-        "es": "No fue posible responder ahora. Tu mensaje quedó guardado; inténtalo de nuevo.",
-        "en": "Could not answer right now. Your message is saved; please try again shortly.",
-    }.get(language, "Não foi possível responder agora. Sua mensagem foi guardada; tente de novo.")

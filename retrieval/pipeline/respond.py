@@ -108,11 +108,11 @@ async def answer_turn(
         except LLMError as exc:
             error = f"model failed: {exc}"
             if shown.strip():
-                note = "\n\n(" + _model_cut_note(language) + ")"
+                note = "\n\n(" + label("model_cut", language) + ")"
                 await send(note)
                 return done(shown, "model", error=error)
         # No usable model output: fall back to the extractive answer, saying why.
-        prefix = _model_failed_note(language) + "\n\n"
+        prefix = label("model_failed", language) + "\n\n"
 
     # The "no model" label is the page's badge (`extractive`), not the answer's first line.
     # Lines may come from other found sections of the shown documents, citing their card.
@@ -162,17 +162,3 @@ async def _until_stopped(pieces: AsyncIterator[str], stop: asyncio.Event) -> Asy
             following.cancel()  # closes the model's HTTP response
             with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, LLMError):
                 await following
-
-
-def _model_cut_note(language: str) -> str:
-    return {
-        "es": "La respuesta del modelo se interrumpió; el texto de arriba puede estar incompleto.",
-        "en": "The model's answer was cut off; the text above may be incomplete.",
-    }.get(language, "A resposta do modelo foi interrompida; o texto acima pode estar incompleto.")
-
-
-def _model_failed_note(language: str) -> str:
-    return {
-        "es": "El modelo de lenguaje no respondió; se muestra una respuesta extractiva.",
-        "en": "The language model did not answer; showing an extractive answer.",
-    }.get(language, "O modelo de linguagem não respondeu; mostrando uma resposta extrativa.")

@@ -35,18 +35,28 @@ class Passage:
 
 LABELS: dict[str, dict[str, str]] = {
     "pt": {
+        "model_cut": "A resposta do modelo foi interrompida; o texto acima pode estar incompleto.",
+        "model_failed": "O modelo de linguagem não respondeu; mostrando uma resposta extrativa.",
+        "failure": "Não foi possível responder agora. Sua mensagem foi guardada; tente de novo.",
         "extractive": "Resposta extrativa (sem modelo de linguagem): os trechos mais relevantes "
         "dos documentos.",
         "nothing": "Não encontrei nada sobre isso na base de conhecimento que você pode "
         "consultar. Tente reformular a pergunta ou fale com o RH.",
     },
     "es": {
+        "model_cut": "La respuesta del modelo se interrumpió; el texto de arriba puede estar "
+        "incompleto.",
+        "model_failed": "El modelo de lenguaje no respondió; se muestra una respuesta extractiva.",
+        "failure": "No fue posible responder ahora. Tu mensaje quedó guardado; inténtalo de nuevo.",
         "extractive": "Respuesta extractiva (sin modelo de lenguaje): los fragmentos más "
         "relevantes de los documentos.",
         "nothing": "No encontré nada sobre esto en la base de conocimiento que puedes "
         "consultar. Intenta reformular la pregunta o habla con RR. HH.",
     },
     "en": {
+        "model_cut": "The model's answer was cut off; the text above may be incomplete.",
+        "model_failed": "The language model did not answer; showing an extractive answer.",
+        "failure": "Could not answer right now. Your message is saved; please try again shortly.",
         "extractive": "Extractive answer (no language model): the most relevant passages "
         "from the documents.",
         "nothing": "I found nothing about this in the knowledge base you can read. Try "
