@@ -16,8 +16,6 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from chatrag.middleware import DAPHNE_QUIET
-
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -35,12 +33,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def daphne_command(host: str, port: int | str) -> list[str]:
+    """The web server, as every process of ours starts it. Verbosity 0: daphne keeps no
+    access log of its own (it would print each URL with its query string); warnings and
+    errors still print, and the app logs each request (`middleware.AccessLogMiddleware`)."""
+    command = [sys.executable, "-m", "daphne", "-v", "0", "-b", host, "-p", str(port)]
+    return [*command, "chatrag.asgi:application"]
+
+
 def start_web(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
     """Start daphne on 127.0.0.1:`port` with `env`, its output going to `log`."""
-    command = [sys.executable, "-m", "daphne", *DAPHNE_QUIET, "-b", "127.0.0.1", "-p", str(port)]
     with log.open("ab") as out:
         return subprocess.Popen(
-            [*command, "chatrag.asgi:application"],
+            daphne_command("127.0.0.1", port),
             cwd=BASE_DIR,
             env=env,
             stdout=out,
@@ -101,9 +106,7 @@ def main() -> int:
         var_dir.mkdir(parents=True, exist_ok=True)
         worker += ["-B", "--schedule", str(var_dir / "celerybeat-schedule")]
         children.append(subprocess.Popen(worker, cwd=BASE_DIR))
-        web = [sys.executable, "-m", "daphne", *DAPHNE_QUIET, "-b", host, "-p", port]
-        web.append("chatrag.asgi:application")
-        children.append(subprocess.Popen(web, cwd=BASE_DIR))
+        children.append(subprocess.Popen(daphne_command(host, port), cwd=BASE_DIR))
         print(f"\nchatrag is running on http://{host}:{port}/  (Ctrl-C stops everything)\n")
         # Ctrl-C reaches the children too (same process group); stop on it, or on SIGTERM,
         # and report a child that died on its own.

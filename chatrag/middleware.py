@@ -43,7 +43,7 @@ access_log = logging.getLogger("chatrag.access")
 class AccessLogMiddleware:
     """One line per request, without the query string: an admin search (`?q=<a CPF>`) or
     any other GET parameter never reaches the server's log. It replaces daphne's own access
-    log, which writes the whole URL (the servers run with `-v 0`, see DAPHNE_QUIET)."""
+    log, which writes the whole URL (the servers run with `-v 0`: `devserver.daphne_command`)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -62,8 +62,3 @@ class AccessLogMiddleware:
             who,
         )
         return response
-
-
-# Daphne's verbosity 0: no access log of its own (it would print each URL with its query
-# string); warnings and errors still print, and the app's logging is Django's LOGGING.
-DAPHNE_QUIET = ("-v", "0")

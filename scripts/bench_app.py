@@ -33,7 +33,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -49,6 +48,7 @@ for path in (BASE_DIR, SCRIPTS):
 
 import bench_search  # noqa: E402
 
+from chatrag import devserver  # noqa: E402
 from retrieval.pipeline.metrics import percentile  # noqa: E402
 
 WORKER_READY_TIMEOUT_S = 180.0
@@ -79,12 +79,6 @@ def peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --- A whole turn, in process ------------------------------------------------------------------
@@ -213,7 +207,7 @@ def measure_frames(env: dict[str, str], seconds: float, model_latency: float) ->
 
     logs = BASE_DIR / ".var" / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    model_port, web_port = free_port(), free_port()
+    model_port, web_port = devserver.free_port(), devserver.free_port()
     app_env = {
         **os.environ,
         **env,
@@ -225,8 +219,7 @@ def measure_frames(env: dict[str, str], seconds: float, model_latency: float) ->
     os.environ.update({k: v for k, v in app_env.items() if k.startswith(("DATABASE", "CHATRAG"))})
     model = [sys.executable, "-m", "chatrag.fakemodel", "--port", str(model_port)]
     model += ["--latency", str(model_latency)]
-    web = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(web_port)]
-    web += ["chatrag.asgi:application"]
+    web = devserver.daphne_command("127.0.0.1", web_port)
     with (
         _process(model, app_env, logs / "bench-fakemodel.log"),
         _process(web, app_env, logs / "bench-daphne.log") as daphne,
