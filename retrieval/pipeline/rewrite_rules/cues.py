@@ -312,15 +312,31 @@ def is_topic_switch(tokens: Sequence[Token]) -> bool:
         named = [t.norm for t in rest[2:] if len(t.norm) > 3 and t.norm not in _ARTICLES]
         if named and not all(w in FACETS for w in named):
             return True
-    head = words[: _SWITCH_OPENING + 1]
-    for phrase in _SWITCH_PHRASES:
+    return _last_phrase_end(words[: _SWITCH_OPENING + 1], _SWITCH_PHRASES) >= 0
+
+
+def _last_phrase_end(words: Sequence[str], phrases: Sequence[tuple[str, ...]]) -> int:
+    """The index of the last word that ends one of `phrases` in `words`, or -1."""
+    end = -1
+    for phrase in phrases:
         size = len(phrase)
-        if any(tuple(head[i : i + size]) == phrase for i in range(len(head) - size + 1)):
-            return True
-    return False
+        for i in range(len(words) - size + 1):
+            if tuple(words[i : i + size]) == phrase:
+                end = max(end, i + size - 1)
+    return end
 
 
 _PREAMBLE_END = re.compile(r"\s*[,:;.!—–-]+\s*")
+# An announcement "mudando de assunto", "cambiando de tema", "changing the subject".
+_ANNOUNCEMENTS = (
+    *_SWITCH_PHRASES,
+    *(
+        (verb, link, noun)
+        for verb in _SWITCH_VERBS
+        for link in ("de", "the")
+        for noun in _SWITCH_NOUNS
+    ),
+)
 
 
 def after_switch_announcement(text: str) -> str:
@@ -328,19 +344,7 @@ def after_switch_announcement(text: str) -> str:
     como funciona o banco de horas?" -> "como funciona o banco de horas?". Text with no
     such announcement, or nothing after it, comes back as it was."""
     tokens = token_spans(text)
-    head = [t.norm for t in tokens[: _SWITCH_OPENING + 1]]
-    end = -1
-    announced = (
-        (verb, link, noun)
-        for verb in _SWITCH_VERBS
-        for link in ("de", "the")
-        for noun in _SWITCH_NOUNS
-    )
-    for phrase in (*_SWITCH_PHRASES, *announced):
-        size = len(phrase)
-        for i in range(len(head) - size + 1):
-            if tuple(head[i : i + size]) == phrase:
-                end = max(end, i + size - 1)
+    end = _last_phrase_end([t.norm for t in tokens[: _SWITCH_OPENING + 1]], _ANNOUNCEMENTS)
     if end < 0:
         return text
     if end + 1 < len(tokens) and tokens[end + 1].norm in _SWITCH_NOUNS:
