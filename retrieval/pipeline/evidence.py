@@ -183,12 +183,14 @@ def favour_reply_documents(
         return list(merged), []
     rank = {d: i for i, d in enumerate(reply)}
     # Two letters count here: an acronym ("PJ", "IR") names a page as well as a word does.
-    wanted = frozenset(w[:_STEM] for w in asked if len(w) > 1)
+    wanted = _stems(asked, shortest=2)
     named: dict[str, frozenset[str]] = {}
+    titles: dict[str, str] = {}
     for item in merged:
-        title = frozenset(w[:_STEM] for w in content_terms(item.hit.title) if len(w) > 1)
-        named.setdefault(item.hit.external_id, wanted & title)
-    titles = {m.hit.external_id: normalize(m.hit.title) for m in reversed(merged)}
+        document = item.hit.external_id
+        if document not in titles:
+            titles[document] = normalize(item.hit.title)
+            named[document] = wanted & _stems(content_terms(item.hit.title), shortest=2)
     above: list[str] = []
     blocked: set[str] = set()
     for item in merged:
@@ -224,8 +226,8 @@ _INFINITIVE = ("ar", "er", "ir")
 _STEM = 6  # title and question words compared by their first letters ("licença"/"licencia")
 
 
-def _stems(words: Sequence[str]) -> frozenset[str]:
-    return frozenset(w[:_STEM] for w in words if len(w) > 2)
+def _stems(words: Sequence[str], shortest: int = 3) -> frozenset[str]:
+    return frozenset(w[:_STEM] for w in words if len(w) >= shortest)
 
 
 def ambiguous_documents(

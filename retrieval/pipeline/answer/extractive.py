@@ -735,8 +735,7 @@ def _choose(
     if primary not in fit or fit[challenger] > SWITCH_RATIO * fit[primary]:
         primary = challenger
     chosen = _pick(by_document[primary], best_score, limit=limit)
-    own = [item for item in every if _document(item[1].passage) == primary]
-    chosen = _with_asked_kind(chosen, own, kind, limit)
+    chosen = _with_asked_kind(chosen, every, primary, kind, limit)
     primary_text = set().union(
         *(line.stems for line in lines if _document(line.passage) == primary),
         *(context[id(p)] for p in passages if _document(p) == primary),
@@ -763,19 +762,25 @@ _FIGURE_KINDS: frozenset[AnswerKind] = frozenset({"duration", "amount"})
 
 def _with_asked_kind(
     chosen: list[tuple[float, _Line]],
-    candidates: Sequence[tuple[float, _Line]],
+    scored: Sequence[tuple[float, _Line]],
+    document: str,
     kind: AnswerKind | None,
     limit: int,
 ) -> list[tuple[float, _Line]]:
-    """A question that asks when or how much gets the document's best line that says it,
+    """A question that asks when or how much gets `document`'s best line that says it,
     first, even when other lines share more of its words ("cuándo cobramos el aguinaldo?":
-    the line with the two dates names neither "cobrar" nor "aguinaldo")."""
+    the line with the two dates names neither "cobrar" nor "aguinaldo"). `scored` holds
+    every line with its score, those sharing no word included."""
     if kind not in _FIGURE_KINDS or not chosen:
         return chosen
     says = _KIND_EVIDENCE[kind]
     if any(says.search(normalize(line.text)) for _, line in chosen):
         return chosen
-    fitting = [item for item in candidates if says.search(normalize(item[1].text))]
+    fitting = [
+        item
+        for item in scored
+        if _document(item[1].passage) == document and says.search(normalize(item[1].text))
+    ]
     if not fitting:
         return chosen
     best = max(fitting, key=lambda item: (item[0], -item[1].rank, -item[1].order))
