@@ -73,7 +73,8 @@ async def answer_turn(
             await on_piece(piece)
 
     def done(text: str, kind: AnswerKind, *, stopped: bool = False, error: str = "") -> Answer:
-        final, _cited = clean_citations(outcome.masker.unmask(text), len(passages))
+        # `text` is unmasked already (each piece as it was shown, the extractive answer whole).
+        final, _cited = clean_citations(text, len(passages))
         return Answer(final, kind, stopped=stopped, error=error)
 
     if not passages:
