@@ -225,9 +225,11 @@ _KIND_CUES: tuple[tuple[AnswerKind, re.Pattern[str]], ...] = tuple(
     for kind, phrases in _CUE_PHRASES
 )
 # The units in "quantos dias" name what is counted, a topic word ("banco de horas").
-_UNITS = frozenset(
-    {"dias", "semanas", "meses", "horas", "vezes", "veces", "days", "weeks", "months", "hours"}
-)
+_UNITS = frozenset({"dias", "semanas", "meses", "horas", "days", "weeks", "months", "hours"})
+# "quantas vezes" asks how often: "vezes" names no topic, and as a question word it would
+# send the answer to any line that says "uma vez" (a card's replacement, not the advance asked
+# about).
+_COUNTING = frozenset({"vezes", "veces", "times"})
 _CUE_WORDS = frozenset(
     w for _, phrases in _CUE_PHRASES for p in phrases for w in p.split() if w not in _UNITS
 )
@@ -471,7 +473,7 @@ def _question_terms(
     terms: dict[str, float] = {}
     stop = stopwords_for(language)
     for token in token_spans(question):
-        if is_content_word(token.norm, stop):
+        if is_content_word(token.norm, stop) and token.norm not in _COUNTING:
             terms[_stem(token.text, language)] = 1.0
     extra = list(queries)
     if rewrite is not None:
@@ -888,7 +890,7 @@ def _render(
     body: list[str] = []
     done: set[tuple[int, int]] = set()
     for line in ordered:
-        if line.step is not None:
+        if line.step is not None and len(blocks[(id(line.passage), line.block)]) > 1:
             key = (id(line.passage), line.block)
             if key in done:
                 continue
@@ -896,7 +898,8 @@ def _render(
             for step in sorted(blocks[key], key=lambda s: s.order):
                 body.append(f"{step.step}. {step.text} [{step.passage.number}]")
             continue
-        # A list's item sits under the line that introduces it.
+        # A list's item sits under the line that introduces it; a procedure's one step, shown
+        # without the rest, is an ordinary line ("3." alone among bullets reads as a list cut).
         mark = "  - " if id(line) in nested else "- "
         body.append(f"{mark}{line.text} [{line.passage.number}]")
     opener = opening_line(question, language, kind, first.passage.title, subject=subject)
