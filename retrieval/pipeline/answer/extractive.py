@@ -734,7 +734,10 @@ def _choose(
     best_of = {d: max(s for s, _ in items) for d, items in by_document.items()}
     fit = _document_fit(by_document)
     challenger = max(fit, key=lambda d: fit[d])
-    if primary not in fit or fit[challenger] > SWITCH_RATIO * fit[primary]:
+    if primary not in fit or (
+        fit[challenger] > SWITCH_RATIO * fit[primary]
+        and _speaks(passages, challenger, language) >= _speaks(passages, primary, language)
+    ):
         primary = challenger
     chosen = _pick(by_document[primary], best_score, limit=limit)
     chosen = _with_asked_kind(chosen, every, primary, kind, limit)
@@ -797,6 +800,14 @@ def _document_fit(by_document: Mapping[str, list[tuple[float, _Line]]]) -> dict[
         top = sorted((s for s, _ in items), reverse=True)[:TOP_LINES]
         out[document] = sum(top) / TOP_LINES
     return out
+
+
+def _speaks(passages: Sequence[Passage], document: str, language: str) -> bool:
+    """Whether `document` is written in the turn's language (a country's pages are written in
+    its own: a Spanish question is not answered from a Portuguese page that only shares
+    words with it, when the search put a Spanish page first)."""
+    text = " ".join(p.text for p in passages if _document(p) == document)
+    return detect_language(text[:2000]) in (language, None)
 
 
 def _document(passage: Passage) -> str:
