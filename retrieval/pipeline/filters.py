@@ -30,6 +30,18 @@ from .types import SearchQuery
 # "trabalhar remoto do Uruguai"): the page of the person's own country answers those.
 _LOCATIVE = frozenset({"em", "no", "na", "nos", "nas", "en", "in"})
 _ARTICLES = frozenset({"o", "a", "el", "la", "the"})
+# "a política de brindes do Uruguai", "las reglas de España": a country after "do"/"de"
+# belongs to a rule or to the company's part there, when such a noun comes shortly before.
+_GENITIVE = frozenset({"do", "da", "de", "del", "of"})
+_OWNERS = frozenset(
+    normalize(
+        "politica politicas regra regras norma normas regulamento programa beneficio beneficios "
+        "subsidiaria filial escritorio unidade sede empresa equipe pessoal colaboradores "
+        "funcionarios regla reglas reglamento oficina empleados personal "
+        "trabajadores policy policies rule rules subsidiary branch office staff employees"
+    ).split()
+)
+OWNER_REACH = 3  # words before the genitive in which the owning noun may stand
 T = TypeVar("T")
 
 
@@ -49,6 +61,10 @@ def _countries(tokens: Sequence[Token]) -> tuple[frozenset[str], frozenset[str]]
             before -= 1
         if before >= 0 and tokens[before].norm in _LOCATIVE:
             placed.add(key)
+        elif before >= 0 and tokens[before].norm in _GENITIVE:
+            owners = {t.norm for t in tokens[max(0, before - OWNER_REACH) : before]}
+            if owners & _OWNERS:
+                placed.add(key)
     return frozenset(placed), frozenset(named)
 
 

@@ -34,6 +34,18 @@ def test_a_destination_or_a_place_of_work_is_no_filter() -> None:
         assert turn_countries([SearchQuery(text, "normalize")]) == frozenset(), text
 
 
+def test_a_country_whose_rule_or_company_part_is_asked_about_is_a_filter() -> None:
+    # "do"/"de" after a rule or an office: that country's rule ("trabalhar remoto do
+    # Uruguai", above, is where someone works from).
+    for text, country in (
+        ("a política de brindes do Uruguai tem limite de valor?", "uruguai"),
+        ("las reglas de España para vacaciones", "espana"),
+        ("os colaboradores da filial do Chile ganham VA?", "chile"),
+    ):
+        assert turn_countries([SearchQuery(text, "normalize")]) == {country}, text
+    assert turn_countries([SearchQuery("vim do Chile, tenho direito?", "normalize")]) == set()
+
+
 def test_the_countrys_pages_come_first_and_other_countries_last() -> None:
     queries = [SearchQuery("vacaciones en Chile", "expand")]
     merged = merge_results(queries, [[SPAIN, HOME, CHILE]])
