@@ -31,7 +31,14 @@ from typing import Literal
 import snowballstemmer
 
 from ..rewrite_rules.cues import after_switch_announcement
-from ..text import detect_language, is_content_word, normalize, stopwords_for, token_spans
+from ..text import (
+    Token,
+    detect_language,
+    is_content_word,
+    normalize,
+    stopwords_for,
+    token_spans,
+)
 from ..types import RewriteResult
 from .grounded import Passage, label
 
@@ -226,9 +233,7 @@ _KIND_CUES: tuple[tuple[AnswerKind, re.Pattern[str]], ...] = tuple(
 )
 # The units in "quantos dias" name what is counted, a topic word ("banco de horas").
 _UNITS = frozenset({"dias", "semanas", "meses", "horas", "days", "weeks", "months", "hours"})
-# "quantas vezes" asks how often: "vezes" names no topic, and as a question word it would
-# send the answer to any line that says "uma vez" (a card's replacement, not the advance asked
-# about).
+# "quantas vezes" asks how often: "vezes" names no topic (see _topic_tokens).
 _COUNTING = frozenset({"vezes", "veces", "times"})
 _CUE_WORDS = frozenset(
     w for _, phrases in _CUE_PHRASES for p in phrases for w in p.split() if w not in _UNITS
@@ -472,20 +477,44 @@ def _question_terms(
     """Stems to look for, with their weight: the question's own count most."""
     terms: dict[str, float] = {}
     stop = stopwords_for(language)
-    for token in token_spans(question):
-        if is_content_word(token.norm, stop) and token.norm not in _COUNTING:
+    for token in _topic_tokens(question):
+        if is_content_word(token.norm, stop):
             terms[_stem(token.text, language)] = 1.0
     extra = list(queries)
     if rewrite is not None:
         extra += [h.expansion for h in rewrite.glossary_hits]
         extra += list(rewrite.corrections.values())
     for text in extra:
-        for token in token_spans(text):
+        for token in _topic_tokens(text):
             if token.norm in stop or len(token.norm) < 2:
                 continue
             stem = _stem(token.text, language)
             terms.setdefault(stem, QUERY_WEIGHT)
     return terms
+
+
+# "por ano", "al mes", "per day", "a cada semana": a rate, not a topic.
+_RATE_WORDS = frozenset({"por", "al", "per", "a", "cada", "every", "each"})
+_PERIODS = frozenset(
+    normalize(
+        "ano anos mes meses dia dias semana semanas hora horas año años día días "
+        "year years month months day days week weeks hour hours"
+    ).split()
+)
+
+
+def _topic_tokens(text: str) -> list[Token]:
+    """The words of `text` that may name what it is about: not the "vezes" of "quantas
+    vezes" nor a rate's period ("por ano", "por mês"), which would make any line saying "uma
+    vez por ano" answer ("quantas vezes por ano?" after the salary advance got a meal card's
+    lines)."""
+    tokens = token_spans(text)
+    return [
+        t
+        for i, t in enumerate(tokens)
+        if t.norm not in _COUNTING
+        and not (t.norm in _PERIODS and i > 0 and tokens[i - 1].norm in _RATE_WORDS)
+    ]
 
 
 def _idf(
@@ -734,9 +763,9 @@ def _choose(
     best_of = {d: max(s for s, _ in items) for d, items in by_document.items()}
     fit = _document_fit(by_document)
     challenger = max(fit, key=lambda d: fit[d])
+    speaks = {d: _speaks(passages, d, language) for d in fit}
     if primary not in fit or (
-        fit[challenger] > SWITCH_RATIO * fit[primary]
-        and _speaks(passages, challenger, language) >= _speaks(passages, primary, language)
+        fit[challenger] > SWITCH_RATIO * fit[primary] and speaks[challenger] >= speaks[primary]
     ):
         primary = challenger
     chosen = _pick(by_document[primary], best_score, limit=limit)
@@ -749,6 +778,8 @@ def _choose(
     missing = {t for t, w in terms.items() if w >= 1.0} - primary_text - _cue_stems(language)
     for document, items in sorted(by_document.items(), key=lambda kv: -best_of[kv[0]]):
         if document == primary or not missing or len(chosen) >= limit:
+            continue
+        if speaks[primary] and not speaks[document]:
             continue
         # Another document adds lines only for question words the first one lacks: a
         # second topic, not a sibling's version of the same rule.
@@ -772,15 +803,17 @@ def _with_asked_kind(
     kind: AnswerKind | None,
     limit: int,
 ) -> list[tuple[float, _Line]]:
-    """A question that asks when or how much gets `document`'s best line that says it,
-    first, even when other lines share more of its words ("cuándo cobramos el aguinaldo?":
-    the line with the two dates names neither "cobrar" nor "aguinaldo"). `scored` holds
-    every line with its score, those sharing no word included."""
+    """A question that asks when or how much gets the best line that says it first: a
+    chosen one, else `document`'s best, even when other lines share more of its words
+    ("cuándo cobramos el aguinaldo?": the line with the two dates names neither "cobrar" nor
+    "aguinaldo"). `scored` holds every line with its score, those sharing no word included."""
     if kind not in _FIGURE_KINDS or not chosen:
         return chosen
     says = _KIND_EVIDENCE[kind]
-    if any(says.search(normalize(line.text)) for _, line in chosen):
-        return chosen
+    stating = [item for item in chosen if says.search(normalize(item[1].text))]
+    if stating:
+        # The most direct line first: the best of those that state it.
+        return [stating[0], *(item for item in chosen if item is not stating[0])]
     fitting = [
         item
         for item in scored
@@ -803,9 +836,12 @@ def _document_fit(by_document: Mapping[str, list[tuple[float, _Line]]]) -> dict[
 
 
 def _speaks(passages: Sequence[Passage], document: str, language: str) -> bool:
-    """Whether `document` is written in the turn's language (a country's pages are written in
-    its own: a Spanish question is not answered from a Portuguese page that only shares
-    words with it, when the search put a Spanish page first)."""
+    """Whether `document` is written in the turn's language (or in none it can tell).
+
+    A country's pages are written in its own language: when the answering page speaks the
+    turn's, a page in another that only shares words with the question neither takes the
+    answer over nor adds lines to it (a Spanish question about a loan got a Portuguese
+    IT-accounts page's lines)."""
     text = " ".join(p.text for p in passages if _document(p) == document)
     return detect_language(text[:2000]) in (language, None)
 

@@ -483,3 +483,75 @@ def test_the_opening_line_leaves_out_the_announcement_of_a_new_subject() -> None
         after_switch_announcement("changing the subject, how do I request a laptop?")
         == "how do I request a laptop?"
     )
+
+
+def test_how_many_times_follows_the_topic_not_any_line_saying_once() -> None:
+    # "vezes" names no topic: the advance's own page answers, not the card page's "uma vez
+    # por ano" lines.
+    advance = Passage(
+        1,
+        "Adiantamento salarial quinzenal e extraordinário",
+        "",
+        "O adiantamento quinzenal corresponde a até 40% do salário-base. "
+        "Em emergências comprovadas pode ser concedido adiantamento extraordinário de até um "
+        "salário-base. É permitido um adiantamento extraordinário a cada 12 meses.",
+        document="adiantamento",
+    )
+    card = Passage(
+        2,
+        "Vale-refeição e vale-alimentação",
+        "",
+        "A segunda via do cartão é emitida sem custo uma vez por ano. "
+        "O colaborador pode redistribuir o valor entre as modalidades uma vez por ano.",
+        document="vr",
+    )
+    text = extractive_answer(
+        question="quantas vezes por ano?",
+        queries=["quantas vezes por ano adiantamento do salário"],
+        passages=[advance, card],
+        language="pt",
+    )
+    assert "a cada 12 meses" in text
+    assert "uma vez por ano" not in text
+
+
+def test_a_procedures_single_step_shown_alone_is_a_bullet() -> None:
+    passage = Passage(
+        1,
+        "Reembolso para prestadores",
+        "",
+        "Prestadores não usam o fluxo de reembolso dos empregados.\n\n"
+        "1. Reúna os comprovantes originais.\n"
+        "2. Emita uma nota de débito separada.\n"
+        "3. Envie a nota de débito e os comprovantes para fornecedores@lumen.example.",
+        document="pj",
+    )
+    text = _answer("o e-mail dos fornecedores pra nota de débito", passage)
+    assert "fornecedores@lumen.example" in text
+    assert not any(line[:2] in {"1.", "2.", "3."} for line in text.splitlines()), text
+
+
+def test_a_page_in_another_language_does_not_take_the_answer_from_the_top_one() -> None:
+    # The Spanish question's top passage is Spanish; a Portuguese page sharing more of its
+    # words ("empresa", "término") does not answer it.
+    loans = Passage(
+        1,
+        "Adelantos de sueldo y préstamos al personal — Uruguay",
+        "",
+        "Al egreso, el saldo del préstamo se descuenta de la liquidación final.",
+        document="prestamos-uy",
+    )
+    accounts = Passage(
+        2,
+        "Acesso a sistemas — prestadores de serviços",
+        "",
+        "O funcionário de empresa terceirizada não recebe conta de acesso sem a aprovação da "
+        "gestão, e só até o término do contrato da empresa. Ao término do contrato da empresa, "
+        "o gestor pede o bloqueio da conta; a exclusão não é automática.",
+        document="acesso-pt",
+    )
+    text = _answer(
+        "y si me voy de la empresa con el préstamo sin terminar?", loans, accounts, language="es"
+    )
+    assert "liquidación final" in text
+    assert "término" not in text
