@@ -94,6 +94,7 @@ def measure_turns(turns: int) -> dict[str, Any]:
 
     from conversations.models import Conversation, TurnTrace
     from conversations.services import message_store_user
+    from conversations.trace import read_trace
     from conversations.turns import turn_run
     from retrieval.embeddings import get_embedder
 
@@ -128,15 +129,15 @@ def measure_turns(turns: int) -> dict[str, Any]:
         for name in frames:
             if name in seen:
                 frames[name].append(seen[name])
-        trace = await sync_to_async(TurnTrace.objects.get)(message=message)
+        trace = read_trace(await sync_to_async(TurnTrace.objects.get)(message=message))
         measured = 0.0
         for stage, ms in trace.timings_ms.items():
             if not stage.startswith("to_"):
-                stages.setdefault(stage, []).append(float(ms))
-                measured += float(ms)
+                stages.setdefault(stage, []).append(ms)
+                measured += ms
         # The rest: loading the turn's context, storing message, trace and answer, the answer.
         stages.setdefault("writes+rest", []).append(totals[-1] - measured)
-        queries.append(len(trace.rewrite.get("queries", [])))
+        queries.append(len(trace.rewrite.queries))
         await sync_to_async(conversation.delete)()
 
     async def run_all() -> None:
