@@ -219,7 +219,7 @@ def app_env(
         "CHATRAG_DEBUG": "1",
         "CHATRAG_ENV_FILE": str(tmp / "no-env-file"),
         "CHATRAG_VAR_DIR": str(tmp / "var"),
-        "CHATRAG_EMBEDDER": "retrieval.embeddings.HashingEmbedder",
+        "CHATRAG_EMBEDDER": "chatrag.fakes.HashingEmbedder",
         "CHATRAG_LLM_BACKEND": "retrieval.pipeline.llm.OllamaChat",
         "CHATRAG_LLM_URL": model_url,
         "CHATRAG_LLM_MODEL": "fake",

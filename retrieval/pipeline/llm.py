@@ -1,4 +1,6 @@
-"""Chat model backends (Ollama, OpenAI-compatible, scripted fake) behind one small Protocol.
+"""Chat model backends (Ollama, OpenAI-compatible) behind one small Protocol.
+
+Tests script replies with `tests.fakes.FakeChat`; nothing here is a fake.
 
 Decisions:
 - One `httpx.AsyncClient` per backend instance, reused across calls; a client passed in is
@@ -378,70 +380,3 @@ class OpenAIChat(_HTTPBackend):
         # Some older servers close the stream after the finish_reason without [DONE].
         if not finished:
             raise LLMProtocolError("openai stream ended before [DONE]")
-
-
-@dataclass(frozen=True)
-class FakeCall:
-    """One call recorded by FakeChat."""
-
-    kind: Literal["complete_json", "stream"]
-    messages: tuple[ChatMessage, ...]
-    schema: dict[str, Any] | None
-    timeout: float
-
-
-class FakeChatExhausted(AssertionError):
-    """FakeChat was called more times than it was scripted for."""
-
-
-class FakeChat:
-    """A deterministic chat model for tests and demos: replays scripted replies in order.
-
-    `replies` feed `complete_json`, `streams` (one list of chunks per call) feed `stream`;
-    a scripted item that is an exception instance is raised instead. Running out of script
-    raises FakeChatExhausted, so an unexpected call fails loudly.
-    """
-
-    def __init__(
-        self,
-        replies: Sequence[str | BaseException] = (),
-        streams: Sequence[Sequence[str] | BaseException] = (),
-        *,
-        name: str = "fake",
-    ) -> None:
-        self.name = name
-        self.replies: list[str | BaseException] = list(replies)
-        self.streams: list[Sequence[str] | BaseException] = list(streams)
-        self.calls: list[FakeCall] = []
-
-    async def complete_json(
-        self,
-        messages: Sequence[ChatMessage],
-        schema: dict[str, Any],
-        *,
-        timeout: float,  # noqa: ASYNC109 - part of the protocol
-    ) -> str:
-        """Return the next scripted reply."""
-        self.calls.append(FakeCall("complete_json", tuple(messages), schema, timeout))
-        if not self.replies:
-            raise FakeChatExhausted("FakeChat.complete_json called with no scripted reply left")
-        reply = self.replies.pop(0)
-        if isinstance(reply, BaseException):
-            raise reply
-        return reply
-
-    async def stream(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        timeout: float,  # noqa: ASYNC109 - part of the protocol; bounds each wait
-    ) -> AsyncIterator[str]:
-        """Yield the chunks of the next scripted stream."""
-        self.calls.append(FakeCall("stream", tuple(messages), None, timeout))
-        if not self.streams:
-            raise FakeChatExhausted("FakeChat.stream called with no scripted stream left")
-        script = self.streams.pop(0)
-        if isinstance(script, BaseException):
-            raise script
-        for chunk in script:
-            yield chunk
