@@ -48,7 +48,7 @@ for path in (BASE_DIR, SCRIPTS):
 
 import bench_search  # noqa: E402
 
-from chatrag import devserver  # noqa: E402
+from chatrag.dev import server as devserver  # noqa: E402
 from retrieval.pipeline.metrics import percentile  # noqa: E402
 
 WORKER_READY_TIMEOUT_S = 180.0
@@ -218,7 +218,7 @@ def measure_frames(env: dict[str, str], seconds: float, model_latency: float) ->
         "CHATRAG_REWRITE_MODE": "rules",
     }
     os.environ.update({k: v for k, v in app_env.items() if k.startswith(("DATABASE", "CHATRAG"))})
-    model = [sys.executable, "-m", "chatrag.fakemodel", "--port", str(model_port)]
+    model = [sys.executable, "-m", "chatrag.dev.fakemodel", "--port", str(model_port)]
     model += ["--latency", str(model_latency)]
     web = devserver.daphne_command("127.0.0.1", web_port)
     with (

@@ -1,8 +1,8 @@
 """Test doubles of the backends, for tests only: production code never imports them.
 
 `FakeChat` scripts a chat model's replies in-process. The fake embedder that other processes
-select by dotted path is `chatrag.fakes.HashingEmbedder`; the fake model *server*, speaking
-the providers' wire formats, is `chatrag.fakemodel`.
+select by dotted path is `chatrag.dev.fakes.HashingEmbedder`; the fake model *server*, speaking
+the providers' wire formats, is `chatrag.dev.fakemodel`.
 """
 
 from __future__ import annotations

