@@ -29,10 +29,10 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 run: $(VENV)/.installed $(MO) .env
-	$(PY) -m chatrag.devserver
+	$(PY) -m chatrag.dev.server
 
 test: $(VENV)/.installed $(MO) .env
-	$(PY) -m chatrag.devdb start
+	$(PY) -m chatrag.dev.db start
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Ruff, mypy, and the architecture's contracts (import-linter, in pyproject.toml).
@@ -54,7 +54,7 @@ typecheck: $(VENV)/.installed
 # judged PT/ES turns (development database), then a turn, WebSocket frames, ingestion of demo
 # pages and memory at 100k; one table of targets at the end (JSON in .var/bench-*.json).
 bench: $(VENV)/.installed $(MO)
-	$(PY) -m chatrag.devdb start
+	$(PY) -m chatrag.dev.db start
 	$(PY) scripts/bench_search.py --sizes 10000,100000,300000 --json .var/bench-search.json $(BENCH_ARGS)
 	$(PY) scripts/bench_ingest.py --json .var/bench-ingest.json $(INGEST_BENCH_ARGS)
 	$(PY) manage.py migrate --noinput -v 0
@@ -66,23 +66,23 @@ bench: $(VENV)/.installed $(MO)
 # WebSocket load: its own database (chatrag_load, seeded with the demo), a fake model server of
 # fixed latency and daphne on free ports; steps of 1..32 users. LOAD_ARGS=--help for options.
 load: $(VENV)/.installed $(MO)
-	$(PY) -m chatrag.devdb start
+	$(PY) -m chatrag.dev.db start
 	$(PY) scripts/load_ws.py --serve --json .var/load.json $(LOAD_ARGS)
 
 # Retrieval quality on the MTRAG development data (English), all baseline and rule modes.
 MTRAG ?= ../shared/data/mtrag-dev
 evaluate: $(VENV)/.installed .env
-	$(PY) -m chatrag.devdb start
+	$(PY) -m chatrag.dev.db start
 	$(PY) manage.py migrate --noinput
 	for d in clapnq cloud; do \
 	  $(PY) manage.py evaluate --corpus $(MTRAG)/$$d/corpus.jsonl --tasks $(MTRAG)/$$d/tasks.jsonl \
 	    --rewrite none,last-turn,rules --json .var/eval-$$d.json || exit 1; done
 
 db: $(VENV)/.installed
-	$(PY) -m chatrag.devdb start
+	$(PY) -m chatrag.dev.db start
 
 db-stop: $(VENV)/.installed
-	$(PY) -m chatrag.devdb stop
+	$(PY) -m chatrag.dev.db stop
 
 clean: db-stop
 	rm -rf .var

@@ -11,7 +11,7 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatrag.settings")
     # A development checkout (CHATRAG_DEBUG=1, no DATABASE_URL, e.g. the `.env` `make` writes)
     # gets its embedded PostgreSQL started here; settings themselves never start anything.
-    from chatrag.devdb import start_for_development
+    from chatrag.dev.db import start_for_development
 
     start_for_development()
     from django.core.management import execute_from_command_line

@@ -43,7 +43,8 @@ access_log = logging.getLogger("chatrag.access")
 class AccessLogMiddleware:
     """One line per request, without the query string: an admin search (`?q=<a CPF>`) or
     any other GET parameter never reaches the server's log. It replaces daphne's own access
-    log, which writes the whole URL (the servers run with `-v 0`: `devserver.daphne_command`)."""
+    log, which writes the whole URL (the servers run with `-v 0`:
+    `chatrag.dev.server.daphne_command`)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response

@@ -102,14 +102,14 @@ TEMPLATES = [
 
 # --- Database -----------------------------------------------------------------------------
 # DATABASE_URL: any PostgreSQL 15+ with pgvector. Unset: in debug only, the embedded server of
-# chatrag.devdb (the dev tools start it; this only reads where it listens); otherwise an error,
+# chatrag.dev.db (the dev tools start it; this only reads where it listens); otherwise an error,
 # so that a container missing its URL refuses to start instead of using an empty database.
 _database_url = env_str("DATABASE_URL")
 CHATRAG_EMBEDDED_DB = not _database_url
 if _database_url:
     _db: dict[str, Any] = dict(dj_database_url.parse(_database_url))
 elif DEBUG:
-    from .devdb import PGDATA, connection_settings
+    from .dev.db import PGDATA, connection_settings
 
     _pgdata = Path(env_str("CHATRAG_PGDATA") or PGDATA)
     _db = {"ENGINE": "django.db.backends.postgresql", **connection_settings(_pgdata)}

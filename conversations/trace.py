@@ -1,18 +1,34 @@
-"""A stored turn's rewrite as the pages show it: one builder for the chat page and the admin.
+"""The turn trace: its JSON defined once, its flags, and the rewrite view of the pages.
 
-The trace's `rewrite` and `search` are JSON written by `conversations.turns`; `rewrite_view`
-reads them once, tolerating traces written before a field existed, into typed values that
-the chat page (`conversations.views.present.trace_view`) and the staff timeline
-(`conversations.review.timeline`) both render.
+A `TurnTrace` row keeps what the pipeline did as JSON (`rewrite`, `search`, `timings_ms`,
+`masked_window`, `errors`). The frozen dataclasses below (`Trace` and its parts) are its one
+typed definition:
+- written by `trace_fields` (the only writer of a turn's trace: the turn, and its failure);
+- read by `read_trace`, the only reader of the JSON, tolerating traces written before a field
+  existed; pages, flags, filters and scripts take a `Trace`, never the JSON.
+Dataclasses rather than TypedDicts: a TypedDict types the JSON but leaves every reader its own
+`.get()` and its own defaults; a dataclass reads it once.
+
+The stored `rewrite` is the pipeline's record of the rewrite, `RewriteResult.to_dict()`, kept
+whole (the admin's cache filter and audits read fields no page shows); `TraceRewrite` reads
+the part that pages show. The chat's [rewrite] block is built by `rewrite_view` and
+`rewrite_block` for the live frame (`conversations.turns`) and for the stored trace
+(`conversations.views.present`, `conversations.review.timeline`) alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils.translation import gettext_lazy
+
+from retrieval.pipeline.types import RewriteResult, SearchQuery
+
+if TYPE_CHECKING:
+    from conversations.models import TurnTrace
+    from retrieval.pipeline.retrieve import RetrievalOutcome
 
 QUERY_TYPE_LABELS = {
     "normalize": gettext_lazy("reformulada"),
@@ -28,11 +44,390 @@ BACKEND_LABELS = {
     "none": gettext_lazy("sem reescrita"),
     "last-turn": gettext_lazy("pergunta anterior + atual"),
 }
+# Hits kept in a trace: enough for review, small enough for a row.
+TRACE_HITS = 30
+
+# A passage is corroborated when one query ranked it in the top STRONG_RANK of BOTH search
+# legs: the words and the meaning agree. A turn where no hit is corroborated retrieved only
+# what one leg guessed, the usual sign of a vocabulary gap (an unknown acronym, slang).
+STRONG_RANK = 3
+# jsonpath of a corroborated hit, for jsonb_path_exists (same rule as `FoundBy.corroborated`).
+STRONG_PATH = (
+    f"$.hits[*].found_by[*] ? (@.vector_rank <= {STRONG_RANK} && @.text_rank <= {STRONG_RANK})"
+)
+# Every flag, in the order pages show them; `conversations.review.selectors.trace_flag_q`
+# states each in SQL, and tests hold the two together.
+FLAGS = (
+    "no_results",
+    "weak",
+    "clarified",
+    "anomaly",
+    "errors",
+    "slow",
+    "thumbs_down",
+    "thumbs_up",
+)
+
+
+def _text(value: object) -> str:
+    return str(value) if value is not None else ""
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _rank(value: object) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _dicts(value: object) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    return tuple(str(v) for v in value) if isinstance(value, list | tuple) else ()
+
+
+# --- the trace's parts ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TraceQuery:
+    """One query searched (masked text in a stored trace)."""
+
+    text: str
+    type: str
+    weight: float | None = None
+    area: str = ""
+
+    @classmethod
+    def of(cls, query: SearchQuery, *, text: str | None = None) -> TraceQuery:
+        return cls(query.text if text is None else text, query.type, query.weight, query.area or "")
+
+    @classmethod
+    def read(cls, data: Mapping[str, Any]) -> TraceQuery:
+        text, kind = _text(data.get("text")), _text(data.get("type"))
+        return cls(text, kind, _number(data.get("weight")), _text(data.get("area")))
+
+    def json(self) -> dict[str, Any]:
+        # `area` None, not "", in the JSON: what the trace always stored.
+        area = self.area or None
+        return {"text": self.text, "type": self.type, "weight": self.weight, "area": area}
+
+
+@dataclass(frozen=True)
+class FoundBy:
+    """How one query found a hit: its fused rank and each leg's rank (None: not found)."""
+
+    query: int  # index into the searched queries, from 0
+    rank: int
+    vector_rank: int | None
+    text_rank: int | None
+    score: float
+
+    @property
+    def corroborated(self) -> bool:
+        """Ranked high by both the vector and the full-text leg (see `STRONG_RANK`)."""
+        if self.vector_rank is None or self.text_rank is None:
+            return False
+        return max(self.vector_rank, self.text_rank) <= STRONG_RANK
+
+    @classmethod
+    def read(cls, data: Mapping[str, Any]) -> FoundBy:
+        return cls(
+            query=_rank(data.get("query")) or 0,
+            rank=_rank(data.get("rank")) or 0,
+            vector_rank=_rank(data.get("vector_rank")),
+            text_rank=_rank(data.get("text_rank")),
+            score=_number(data.get("score")) or 0.0,
+        )
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "rank": self.rank,
+            "vector_rank": self.vector_rank,
+            "text_rank": self.text_rank,
+            "score": self.score,
+        }
+
+
+@dataclass(frozen=True)
+class TraceHit:
+    """One fused hit: its chunk, its document (external id), and who found it."""
+
+    chunk: int
+    document: str
+    title: str
+    score: float
+    found_by: tuple[FoundBy, ...] = ()
+
+    @property
+    def corroborated(self) -> bool:
+        return any(f.corroborated for f in self.found_by)
+
+    @classmethod
+    def read(cls, data: Mapping[str, Any]) -> TraceHit:
+        return cls(
+            chunk=_rank(data.get("chunk")) or 0,
+            document=_text(data.get("document")),
+            title=_text(data.get("title")),
+            score=_number(data.get("score")) or 0.0,
+            found_by=tuple(FoundBy.read(f) for f in _dicts(data.get("found_by"))),
+        )
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "chunk": self.chunk,
+            "document": self.document,
+            "title": self.title,
+            "score": self.score,
+            "found_by": [f.json() for f in self.found_by],
+        }
+
+
+@dataclass(frozen=True)
+class TraceSearch:
+    """What was searched (the user's own words last), what came back, what was shown."""
+
+    queries: tuple[TraceQuery, ...] = ()
+    hits: tuple[TraceHit, ...] = ()  # the best TRACE_HITS fused hits, best first
+    passages: tuple[int, ...] = ()  # chunk ids of the passages shown
+
+    @property
+    def corroborated(self) -> bool:
+        """Some hit was ranked high by both legs (`STRONG_PATH` in SQL)."""
+        return any(h.corroborated for h in self.hits)
+
+    def ranking(self) -> list[tuple[str, str]]:
+        """The documents retrieved, best first: (external id, title)."""
+        seen: dict[str, str] = {}
+        for hit in self.hits:
+            seen.setdefault(hit.document, hit.title)
+        return list(seen.items())
+
+    @classmethod
+    def of(cls, outcome: RetrievalOutcome) -> TraceSearch:
+        return cls(
+            queries=tuple(TraceQuery.of(q) for q in outcome.queries),
+            hits=tuple(
+                TraceHit(
+                    chunk=m.hit.chunk_id,
+                    document=m.hit.external_id,
+                    title=m.hit.title,
+                    score=round(m.score, 6),
+                    found_by=tuple(
+                        FoundBy(x.query, x.rank, x.vector_rank, x.text_rank, x.score)
+                        for x in m.matches
+                    ),
+                )
+                for m in outcome.merged[:TRACE_HITS]
+            ),
+            passages=tuple(m.hit.chunk_id for m in outcome.passages),
+        )
+
+    @classmethod
+    def read(cls, data: object) -> TraceSearch:
+        if not isinstance(data, Mapping):
+            return cls()
+        passages = data.get("passages")
+        return cls(
+            queries=tuple(TraceQuery.read(q) for q in _dicts(data.get("queries"))),
+            hits=tuple(TraceHit.read(h) for h in _dicts(data.get("hits"))),
+            passages=tuple(p for p in passages if isinstance(p, int))
+            if isinstance(passages, list)
+            else (),
+        )
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "queries": [q.json() for q in self.queries],
+            "hits": [h.json() for h in self.hits],
+            "passages": list(self.passages),
+        }
+
+
+@dataclass(frozen=True)
+class TraceGlossaryHit:
+    term: str
+    expansion: str
+    source: str = ""  # "question" or "history" (where the term was found)
+
+
+@dataclass(frozen=True)
+class TraceClarification:
+    """The question asked back, with the options offered."""
+
+    question: str
+    options: tuple[str, ...] = ()
+
+    def json(self) -> dict[str, Any]:
+        return {"question": self.question, "options": list(self.options)}
+
+
+@dataclass(frozen=True)
+class TraceRewrite:
+    """What the rewrite decided, as pages show it (the stored JSON is `to_dict()` whole)."""
+
+    backend: str = ""
+    model: str = ""
+    policy: str = ""  # the rewrite policy's version; empty on traces from before it was kept
+    cache: str = ""  # "hit" (taken from the rewrite cache), "miss", or "" without one
+    queries: tuple[TraceQuery, ...] = ()  # as rewritten, before the user's words joined them
+    glossary: tuple[TraceGlossaryHit, ...] = ()
+    corrections: tuple[tuple[str, str], ...] = ()  # (typed, corrected), sorted
+    notes: tuple[str, ...] = ()
+    anomalies: tuple[str, ...] = ()
+    clarification: TraceClarification | None = None  # only when it asked back
+    error: str = ""  # why the rewrite fell back, if it did
+
+    @classmethod
+    def of(cls, rewrite: RewriteResult) -> TraceRewrite:
+        """The live rewrite, read the way a stored one is (through its JSON)."""
+        return cls.read(rewrite.to_dict())
+
+    @classmethod
+    def read(cls, data: object) -> TraceRewrite:
+        if not isinstance(data, Mapping):
+            return cls()
+        clarification = data.get("clarification") if data.get("needs_clarification") else None
+        corrections = data.get("corrections")
+        return cls(
+            backend=_text(data.get("backend")),
+            model=_text(data.get("model")),
+            policy=_text(data.get("policy")),
+            cache=_text(data.get("cache")),
+            queries=tuple(TraceQuery.read(q) for q in _dicts(data.get("queries"))),
+            glossary=tuple(
+                TraceGlossaryHit(
+                    _text(h.get("term")), _text(h.get("expansion")), _text(h.get("source"))
+                )
+                for h in _dicts(data.get("glossary_hits"))
+            ),
+            corrections=tuple(
+                sorted((str(k), str(v)) for k, v in corrections.items())
+                if isinstance(corrections, Mapping)
+                else ()
+            ),
+            notes=_strings(data.get("notes")),
+            anomalies=_strings(data.get("anomalies")),
+            clarification=TraceClarification(
+                _text(clarification.get("question")), _strings(clarification.get("options"))
+            )
+            if isinstance(clarification, Mapping)
+            else None,
+            error=_text(data.get("error")),
+        )
+
+
+@dataclass(frozen=True)
+class TraceMessage:
+    """A message of the window the rewrite saw (masked)."""
+
+    role: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One turn's stored trace, typed (masked text only)."""
+
+    masked_question: str = ""
+    masked_window: tuple[TraceMessage, ...] = ()
+    rewrite: TraceRewrite = field(default_factory=TraceRewrite)
+    search: TraceSearch = field(default_factory=TraceSearch)
+    timings_ms: Mapping[str, float] = field(default_factory=dict)
+    errors: tuple[str, ...] = ()
+    anomaly: bool = False
+    clarified: bool = False
+    no_results: bool = False
+
+    @property
+    def searched(self) -> tuple[TraceQuery, ...]:
+        """The queries searched; traces from before the search was kept have the rewrite's."""
+        return self.search.queries or self.rewrite.queries
+
+    @property
+    def total_ms(self) -> float | None:
+        """Milliseconds from the message's arrival to the end of its answer, when known."""
+        return self.timings_ms.get("to_done")
+
+    @property
+    def weak(self) -> bool:
+        """Results came back, but none is backed by both search legs."""
+        if self.clarified or self.no_results or not self.search.hits:
+            return False
+        return not self.search.corroborated
+
+
+def trace_fields(outcome: RetrievalOutcome | None, errors: Sequence[str]) -> dict[str, Any]:
+    """The fields of a turn's `TurnTrace` row: the one writer of its JSON.
+
+    Without an outcome (the turn failed before its search), only the errors.
+    """
+    fields: dict[str, Any] = {"errors": list(errors)}
+    if outcome is not None:
+        fields.update(
+            masked_question=outcome.masked_question,
+            masked_window=[{"role": m.role, "text": m.text} for m in outcome.masked_window],
+            rewrite=outcome.rewrite.to_dict(),
+            search=TraceSearch.of(outcome).json(),
+            timings_ms=dict(outcome.timings_ms),
+            anomaly=bool(outcome.rewrite.anomalies),
+            clarified=outcome.rewrite.needs_clarification,
+            no_results=not outcome.passages,
+        )
+    return fields
+
+
+def read_trace(row: TurnTrace) -> Trace:
+    """A stored trace, typed: the one reader of its JSON."""
+    timings = row.timings_ms if isinstance(row.timings_ms, Mapping) else {}
+    return Trace(
+        masked_question=row.masked_question or "",
+        masked_window=tuple(
+            TraceMessage(_text(m.get("role")), _text(m.get("text")))
+            for m in _dicts(row.masked_window)
+        ),
+        rewrite=TraceRewrite.read(row.rewrite),
+        search=TraceSearch.read(row.search),
+        timings_ms={k: v for k, n in timings.items() if (v := _number(n)) is not None},
+        errors=_strings(row.errors),
+        anomaly=bool(row.anomaly),
+        clarified=bool(row.clarified),
+        no_results=bool(row.no_results),
+    )
+
+
+# --- flags ----------------------------------------------------------------------------------
+
+
+def turn_flags(trace: Trace, *, slow_ms: float, thumbs_down: bool, thumbs_up: bool) -> list[str]:
+    """The flags of one turn, in `FLAGS` order (`selectors.trace_flag_q` states them in SQL).
+
+    Feedback is not in the trace: it is given on the answer, later.
+    """
+    total = trace.total_ms
+    raised = {
+        "no_results": trace.no_results,
+        "weak": trace.weak,
+        "clarified": trace.clarified,
+        "anomaly": trace.anomaly,
+        "errors": bool(trace.errors),
+        "slow": total is not None and total > slow_ms,
+        "thumbs_down": thumbs_down,
+        "thumbs_up": thumbs_up,
+    }
+    return [flag for flag in FLAGS if raised[flag]]
+
+
+# --- the rewrite, as the pages show it ------------------------------------------------------
 
 
 @dataclass
 class QueryView:
-    """One query searched (masked text), numbered from 1."""
+    """One query searched, numbered from 1."""
 
     number: int
     text: str
@@ -42,64 +437,69 @@ class QueryView:
     area: str
 
 
-@dataclass(frozen=True)
-class GlossaryHitView:
-    term: str
-    expansion: str
-    source: str = ""  # "question" or "history" (where the term was found)
-
-
 @dataclass
 class RewriteView:
-    """What the rewrite decided and what was searched (masked text only)."""
+    """What the rewrite decided and what was searched (mutable: review pages placeholder it)."""
 
     backend: str = ""
     backend_label: str = ""
     model: str = ""
-    policy: str = ""  # the rewrite policy's version; empty on traces from before it was kept
+    policy: str = ""
     queries: list[QueryView] = field(default_factory=list)
-    glossary: list[GlossaryHitView] = field(default_factory=list)
+    glossary: list[TraceGlossaryHit] = field(default_factory=list)
     corrections: list[tuple[str, str]] = field(default_factory=list)  # (typed, corrected)
     notes: list[str] = field(default_factory=list)
     anomalies: list[str] = field(default_factory=list)
-    clarification: dict[str, Any] | None = None  # {"question", "options"} when asked back
-    error: str = ""  # why the rewrite fell back, if it did
+    clarification: TraceClarification | None = None
+    error: str = ""
 
 
-def rewrite_view(rewrite: Mapping[str, Any], search: Mapping[str, Any] | None) -> RewriteView:
-    """Read a trace's `rewrite` and `search`: the queries actually searched (the user's own
-    words last) are in `search`, else (older traces) in `rewrite`."""
-    backend = str(rewrite.get("backend") or "")
-    searched = (search or {}).get("queries") or rewrite.get("queries") or []
-    clarification = rewrite.get("clarification") if rewrite.get("needs_clarification") else None
+def rewrite_view(rewrite: TraceRewrite, searched: Sequence[TraceQuery]) -> RewriteView:
+    """The rewrite and the queries searched, as the chat's [rewrite] block and the staff
+    timeline show them: live (`searched` unmasked) or stored (`Trace.searched`, masked)."""
     return RewriteView(
-        backend=backend,
-        backend_label=str(BACKEND_LABELS.get(backend, backend)),
-        model=str(rewrite.get("model") or ""),
-        policy=str(rewrite.get("policy") or ""),
+        backend=rewrite.backend,
+        backend_label=str(BACKEND_LABELS.get(rewrite.backend, rewrite.backend)),
+        model=rewrite.model,
+        policy=rewrite.policy,
         queries=[
             QueryView(
                 number=i,
-                text=str(q.get("text", "")),
-                type=str(q.get("type", "")),
-                type_label=str(QUERY_TYPE_LABELS.get(str(q.get("type", "")), q.get("type", ""))),
-                weight=q.get("weight"),
-                area=str(q.get("area") or ""),
+                text=q.text,
+                type=q.type,
+                type_label=str(QUERY_TYPE_LABELS.get(q.type, q.type)),
+                weight=q.weight,
+                area=q.area,
             )
-            for i, q in enumerate((q for q in searched if isinstance(q, dict)), start=1)
+            for i, q in enumerate(searched, start=1)
         ],
-        glossary=[
-            GlossaryHitView(
-                term=str(h.get("term", "")),
-                expansion=str(h.get("expansion", "")),
-                source=str(h.get("source") or ""),
-            )
-            for h in rewrite.get("glossary_hits") or []
-            if isinstance(h, dict)
-        ],
-        corrections=sorted((rewrite.get("corrections") or {}).items()),
-        notes=[str(n) for n in rewrite.get("notes") or []],
-        anomalies=[str(a) for a in rewrite.get("anomalies") or []],
-        clarification=dict(clarification) if isinstance(clarification, dict) else None,
-        error=str(rewrite.get("error") or ""),
+        glossary=list(rewrite.glossary),
+        corrections=list(rewrite.corrections),
+        notes=list(rewrite.notes),
+        anomalies=list(rewrite.anomalies),
+        clarification=rewrite.clarification,
+        error=rewrite.error,
     )
+
+
+def rewrite_block(view: RewriteView, *, original: str, errors: Sequence[str]) -> dict[str, Any]:
+    """The chat's [rewrite] block as JSON: the live `rewrite` frame's body, and the stored
+    trace's on the chat page (`conversations.views.present.trace_view`).
+
+    No labels: the page translates types and backends itself (`chat_labels`).
+    """
+    return {
+        "original": original,
+        "backend": view.backend,
+        "model": view.model,
+        "queries": [
+            {"text": q.text, "type": q.type, "weight": q.weight, "area": q.area}
+            for q in view.queries
+        ],
+        "glossary": [{"term": g.term, "expansion": g.expansion} for g in view.glossary],
+        "corrections": dict(view.corrections),
+        "notes": list(view.notes),
+        "anomalies": list(view.anomalies),
+        "clarification": view.clarification.json() if view.clarification else None,
+        "errors": list(errors),
+    }

@@ -25,6 +25,13 @@ from django.utils import timezone
 from conversations.live import LIVE, REGISTRY, LiveTurn
 from conversations.models import Message, TurnTrace
 from conversations.selectors import history_before
+from conversations.trace import (
+    TraceQuery,
+    TraceRewrite,
+    rewrite_block,
+    rewrite_view,
+    trace_fields,
+)
 from retrieval.embeddings import Embedder
 from retrieval.models import Collection
 from retrieval.pipeline.answer import answer_language, label
@@ -184,48 +191,19 @@ def _source_cards(passages: list[MergedHit]) -> list[dict[str, Any]]:
 def _rewrite_frame(
     announced: RewriteAnnouncement, question: str, message_id: int
 ) -> dict[str, Any]:
+    """The live [rewrite] block, built as the stored trace's is (`conversations.trace`),
+    with the queries in the user's own words."""
     unmask = announced.masker.unmask
-    rewrite = announced.rewrite
-    return {
-        "type": "rewrite",
-        "message_id": message_id,
-        "original": question,
-        "backend": rewrite.backend,
-        "model": rewrite.model,
-        "queries": [
-            {"text": unmask(q.text), "type": q.type, "weight": q.weight, "area": q.area}
-            for q in announced.queries
-        ],
-        "glossary": [{"term": h.term, "expansion": h.expansion} for h in rewrite.glossary_hits],
-        "corrections": rewrite.corrections,
-        "notes": rewrite.notes,
-        "anomalies": rewrite.anomalies,
-        "clarification": (
-            {
-                "question": rewrite.clarification.question,
-                "options": list(rewrite.clarification.options),
-            }
-            if rewrite.needs_clarification and rewrite.clarification
-            else None
-        ),
-        "errors": announced.errors,
-    }
+    view = rewrite_view(
+        TraceRewrite.of(announced.rewrite),
+        [TraceQuery.of(q, text=unmask(q.text)) for q in announced.queries],
+    )
+    block = rewrite_block(view, original=question, errors=announced.errors)
+    return {"type": "rewrite", "message_id": message_id, **block}
 
 
 def _write_trace(message: Message, outcome: RetrievalOutcome | None, errors: list[str]) -> None:
-    fields: dict[str, Any] = {"errors": errors}
-    if outcome is not None:
-        fields.update(
-            masked_question=outcome.masked_question,
-            masked_window=[{"role": m.role, "text": m.text} for m in outcome.masked_window],
-            rewrite=outcome.rewrite.to_dict(),
-            search=outcome.trace_search(),
-            timings_ms=outcome.timings_ms,
-            anomaly=bool(outcome.rewrite.anomalies),
-            clarified=outcome.rewrite.needs_clarification,
-            no_results=not outcome.passages,
-        )
-    TurnTrace.objects.update_or_create(message=message, defaults=fields)
+    TurnTrace.objects.update_or_create(message=message, defaults=trace_fields(outcome, errors))
 
 
 _save_trace = in_db_thread(_write_trace)

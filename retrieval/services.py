@@ -130,18 +130,26 @@ def retrieval_settings(*, mode: RewriteMode | None = None) -> RetrievalSettings:
     )
 
 
-@lru_cache(maxsize=1)
-def _chat_model(path: str, url: str, model: str, api_key: str) -> ChatModel:
+def _new_chat_model(path: str, url: str, model: str, api_key: str) -> ChatModel:
     cls = import_string(path)
     instance: ChatModel = cls(base_url=url, model=model, api_key=api_key or None)
     return instance
 
 
-def chat_model() -> ChatModel | None:
-    """The configured chat model, or None when no model server is configured."""
+_chat_model = lru_cache(maxsize=1)(_new_chat_model)
+
+
+def chat_model(*, fresh: bool = False) -> ChatModel | None:
+    """The configured chat model, or None when no model server is configured.
+
+    The process keeps one (its client is reused across turns); `fresh` builds another, with
+    a client of its own, for work on another event loop than the one the process-wide
+    model's client is bound to (an evaluation run); whoever asks for it closes it.
+    """
     if not settings.CHATRAG_LLM_BACKEND:
         return None
-    return _chat_model(
+    build = _new_chat_model if fresh else _chat_model
+    return build(
         settings.CHATRAG_LLM_BACKEND,
         settings.CHATRAG_LLM_URL,
         settings.CHATRAG_LLM_MODEL,

@@ -48,7 +48,7 @@ for path in (BASE_DIR, SCRIPTS):
 
 import bench_search  # noqa: E402
 
-from chatrag import devserver  # noqa: E402
+from chatrag.dev import server as devserver  # noqa: E402
 from retrieval.pipeline.metrics import percentile  # noqa: E402
 
 WORKER_READY_TIMEOUT_S = 180.0
@@ -94,6 +94,7 @@ def measure_turns(turns: int) -> dict[str, Any]:
 
     from conversations.models import Conversation, TurnTrace
     from conversations.services import message_store_user
+    from conversations.trace import read_trace
     from conversations.turns import turn_run
     from retrieval.embeddings import get_embedder
 
@@ -128,15 +129,15 @@ def measure_turns(turns: int) -> dict[str, Any]:
         for name in frames:
             if name in seen:
                 frames[name].append(seen[name])
-        trace = await sync_to_async(TurnTrace.objects.get)(message=message)
+        trace = read_trace(await sync_to_async(TurnTrace.objects.get)(message=message))
         measured = 0.0
         for stage, ms in trace.timings_ms.items():
             if not stage.startswith("to_"):
-                stages.setdefault(stage, []).append(float(ms))
-                measured += float(ms)
+                stages.setdefault(stage, []).append(ms)
+                measured += ms
         # The rest: loading the turn's context, storing message, trace and answer, the answer.
         stages.setdefault("writes+rest", []).append(totals[-1] - measured)
-        queries.append(len(trace.rewrite.get("queries", [])))
+        queries.append(len(trace.rewrite.queries))
         await sync_to_async(conversation.delete)()
 
     async def run_all() -> None:
@@ -217,7 +218,7 @@ def measure_frames(env: dict[str, str], seconds: float, model_latency: float) ->
         "CHATRAG_REWRITE_MODE": "rules",
     }
     os.environ.update({k: v for k, v in app_env.items() if k.startswith(("DATABASE", "CHATRAG"))})
-    model = [sys.executable, "-m", "chatrag.fakemodel", "--port", str(model_port)]
+    model = [sys.executable, "-m", "chatrag.dev.fakemodel", "--port", str(model_port)]
     model += ["--latency", str(model_latency)]
     web = devserver.daphne_command("127.0.0.1", web_port)
     with (

@@ -3,7 +3,7 @@
 Usage: python scripts/bench_search.py [--sizes 1000,10000,100000] [--queries 50] [--json out.json]
 
 - Works on its own database (`chatrag_bench`) on the project's server: DATABASE_URL, or the
-  embedded one (`python -m chatrag.devdb url`). The dev database's data is never touched.
+  embedded one (`python -m chatrag.dev.db url`). The dev database's data is never touched.
 - Chunks recombine sentences of the demo knowledge base (numbers varied, ~25% Spanish).
   Vectors are sums of fixed random word vectors, not embeddings: the real embedder does
   10-20 chunks/s on two cores, and word-sum vectors still put chunks on the same topic
@@ -391,7 +391,7 @@ def server_params() -> dict[str, Any]:
     url = os.environ.get("DATABASE_URL")
     if not url:
         out = subprocess.run(  # noqa: S603 - the project's own module, fixed arguments
-            [sys.executable, "-m", "chatrag.devdb", "url"],
+            [sys.executable, "-m", "chatrag.dev.db", "url"],
             cwd=BASE_DIR,
             capture_output=True,
             text=True,

@@ -13,7 +13,7 @@ whose p95 overhead stays under `--budget-ms` with no failed turn is "held".
 
 --serve creates (or reuses) the database `--database` on the server the settings point to
 (the embedded one by default), migrates it, seeds the demo knowledge base and users
-(`manage.py seed_demo`), starts the fake model server (`chatrag.fakemodel`) and daphne on
+(`manage.py seed_demo`), starts the fake model server (`chatrag.dev.fakemodel`) and daphne on
 free ports, and stops them at the end. Without --serve, run it with the same environment as
 the app (DATABASE_URL...) so the sessions it makes are the app's, and a rate limit
 (CHATRAG_RATE_LIMIT_PER_MINUTE) high enough for the load.
@@ -204,7 +204,7 @@ def _base_database() -> dict[str, Any]:
         import dj_database_url
 
         return dict(dj_database_url.parse(url))
-    from chatrag import devdb
+    from chatrag.dev import db as devdb
 
     return dict(devdb.ensure_running())
 
@@ -248,7 +248,7 @@ def _manage(env: dict[str, str], *args: str) -> None:
 @contextlib.contextmanager
 def serve(args: argparse.Namespace) -> Iterator[str]:
     """Database, fake model server and daphne for the load; yields the app's URL."""
-    from chatrag import devserver
+    from chatrag.dev import server as devserver
 
     base = _base_database()
     name = args.database
@@ -274,7 +274,7 @@ def serve(args: argparse.Namespace) -> Iterator[str]:
         _manage(env, "migrate", "--noinput", "--verbosity", "0")
         _manage(env, "seed_demo")
         model_port = devserver.free_port()
-        fake = [sys.executable, "-m", "chatrag.fakemodel", "--port", str(model_port)]
+        fake = [sys.executable, "-m", "chatrag.dev.fakemodel", "--port", str(model_port)]
         fake += ["--latency", str(args.model_latency), "--gap", str(args.model_gap)]
         fake += ["--pieces", str(args.model_pieces)]
         with (log_dir / "load-fakemodel.log").open("wb") as out:

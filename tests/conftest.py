@@ -37,7 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from django.conf import settings
 
     if getattr(settings, "CHATRAG_EMBEDDED_DB", False):
-        from chatrag import devdb
+        from chatrag.dev import db as devdb
 
         devdb.ensure_running(Path(os.environ.get("CHATRAG_PGDATA") or devdb.PGDATA))
 

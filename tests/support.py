@@ -210,7 +210,7 @@ def app_env(
     *, database_url: str, tmp: Path, model_url: str, rate_limit: int = 1000, **extra: str
 ) -> dict[str, str]:
     """The environment of an app process on `database_url`, answering with the fake Ollama
-    model at `model_url` (`chatrag.fakemodel`) and embedding with the hashing embedder."""
+    model at `model_url` (`chatrag.dev.fakemodel`) and embedding with the hashing embedder."""
     import os
 
     env = {
@@ -219,7 +219,7 @@ def app_env(
         "CHATRAG_DEBUG": "1",
         "CHATRAG_ENV_FILE": str(tmp / "no-env-file"),
         "CHATRAG_VAR_DIR": str(tmp / "var"),
-        "CHATRAG_EMBEDDER": "retrieval.embeddings.HashingEmbedder",
+        "CHATRAG_EMBEDDER": "chatrag.dev.fakes.HashingEmbedder",
         "CHATRAG_LLM_BACKEND": "retrieval.pipeline.llm.OllamaChat",
         "CHATRAG_LLM_URL": model_url,
         "CHATRAG_LLM_MODEL": "fake",
@@ -258,7 +258,7 @@ def web_servers(
     import os
     import signal
 
-    from chatrag import devserver
+    from chatrag.dev import server as devserver
 
     servers: list[WebServer] = []
     try:

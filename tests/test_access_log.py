@@ -14,7 +14,7 @@ import httpx
 import pytest
 from django.db import connection
 
-from chatrag import devserver
+from chatrag.dev import server as devserver
 from tests.support import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,7 +29,7 @@ def test_the_server_log_has_each_request_without_its_query_string(tmp_path: Path
         "CHATRAG_DEBUG": "1",
         "CHATRAG_ENV_FILE": str(tmp_path / "no-env-file"),
         "CHATRAG_VAR_DIR": str(tmp_path / "var"),
-        "CHATRAG_EMBEDDER": "retrieval.embeddings.HashingEmbedder",
+        "CHATRAG_EMBEDDER": "chatrag.dev.fakes.HashingEmbedder",
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("REDIS_URL", None)

@@ -23,7 +23,7 @@ VARIANT_LABELS = [
 
 def test_benchmark_prints_every_variant(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    # Same server as the tests: the script reads DATABASE_URL, else asks chatrag.devdb.
+    # Same server as the tests: the script reads DATABASE_URL, else asks chatrag.dev.db.
     proc = subprocess.run(
         [sys.executable, "scripts/bench_search.py", "--sizes", "300", "--queries", "5"]
         + ["--seed", SMOKE_SEED, "--json", str(out)],

@@ -29,7 +29,7 @@ def test_load_script_holds_two_users_and_writes_its_report(tmp_path: Path) -> No
     report = tmp_path / "load.json"
     command = [sys.executable, "scripts/load_ws.py", "--serve", "--steps", "2", "--duration", "5"]
     command += ["--database", f"chatrag_load_smoke_{os.getpid()}", "--drop", "--kb", str(kb)]
-    command += ["--embedder", "retrieval.embeddings.HashingEmbedder"]  # seeding in a second
+    command += ["--embedder", "chatrag.dev.fakes.HashingEmbedder"]  # seeding in a second
     command += ["--json", str(report), "--logs", str(tmp_path)]
     env = {**os.environ, "CHATRAG_VAR_DIR": str(tmp_path / "var")}
     env.pop("REDIS_URL", None)

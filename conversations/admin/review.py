@@ -32,13 +32,11 @@ from conversations.admin.filters import (
     RewriteCacheFilter,
 )
 from conversations.models import AttentionTurn, Conversation, Feedback, StaffAccessLog, TurnTrace
-from conversations.review.flags import turn_flags
 from conversations.review.restricted import TurnRedactor, ranking_redacted
 from conversations.review.selectors import (
     attention_traces,
     glossary_candidates_for,
     slow_threshold_ms,
-    stored_ranking,
     traces_annotated,
 )
 from conversations.review.services import (
@@ -55,6 +53,7 @@ from conversations.review.timeline import (
     masked_title,
     turn_review_for_trace,
 )
+from conversations.trace import read_trace, turn_flags
 from retrieval.access import RESTRICTED_PASSAGE, documents_readable
 from retrieval.models import Document, EvalCase
 from retrieval.quality.cases import eval_case_create
@@ -124,14 +123,9 @@ def _conversation_link(conversation_id: int, label: object = None) -> str:
 
 
 def _trace_flags(trace: TurnTrace) -> list[str]:
-    """A trace's flags, from the list's annotations (`traces_annotated`)."""
+    """A trace's flags; its feedback from the list's annotations (`traces_annotated`)."""
     return turn_flags(
-        no_results=trace.no_results,
-        clarified=trace.clarified,
-        anomaly=trace.anomaly,
-        search=trace.search or {},
-        errors=bool(trace.errors),
-        total_ms=getattr(trace, "total_ms", None),
+        read_trace(trace),
         slow_ms=slow_threshold_ms(),
         thumbs_down=getattr(trace, "thumbs_down", False),
         thumbs_up=getattr(trace, "thumbs_up", False),
@@ -298,9 +292,8 @@ class TurnTraceAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[Tur
 
     @admin.display(description=gettext_lazy("rewrite"))
     def backend(self, obj: TurnTrace) -> str:
-        rewrite = obj.rewrite or {}
-        backend = str(rewrite.get("backend", ""))
-        return f"{backend} (cache)" if rewrite.get("cache") == "hit" else backend
+        rewrite = read_trace(obj).rewrite
+        return f"{rewrite.backend} (cache)" if rewrite.cache == "hit" else rewrite.backend
 
     @admin.display(description=gettext_lazy("flags"))
     def flag_list(self, obj: TurnTrace) -> str:
@@ -360,7 +353,7 @@ class TurnTraceAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[Tur
         _record_access(request, trace.message.conversation, "retry retrieval")
         viewer = _staff(request)
         result = turn_retry(trace=trace, viewer=viewer)
-        before = ranking_redacted(viewer=viewer, ranking=stored_ranking(trace.search or {}))
+        before = ranking_redacted(viewer=viewer, ranking=read_trace(trace).search.ranking())
         redactor = TurnRedactor.for_turn(viewer=viewer, question=trace.message)
         context = {
             "title": _("Retrieval of this turn, now"),
@@ -383,20 +376,18 @@ class TurnTraceAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[Tur
         viewer = _staff(request)
         redactor = TurnRedactor.for_turn(viewer=viewer, question=trace.message)
         # Only documents the staff member may read are offered (a choice's value is its id).
-        stored = stored_ranking(trace.search or {})[:10]
-        retrieved = [(d, t) for d, t in stored if redactor.hit_readable(d)]
-        hidden = len(stored) - len(retrieved)
-        window = redactor.window(
-            question=trace.message,
-            window=[m for m in trace.masked_window or [] if isinstance(m, dict)],
-        )
+        stored = read_trace(trace)
+        ranking = stored.search.ranking()[:10]
+        retrieved = [(d, t) for d, t in ranking if redactor.hit_readable(d)]
+        hidden = len(ranking) - len(retrieved)
+        window = redactor.window(question=trace.message, window=stored.masked_window)
         if request.method == "POST":
             form = MarkDocumentsForm(request.POST, retrieved=retrieved, viewer=viewer)
             if form.is_valid():
                 case = eval_case_create(
                     collection=form.collection,
                     question=form.cleaned_data["question"],
-                    history=[{"role": str(m["role"]), "text": str(m["text"])} for m in window],
+                    history=[{"role": m.role, "text": m.text} for m in window],
                     documents=form.cleaned_data["documents"],
                     category=form.cleaned_data["category"],
                     expect_clarification=form.cleaned_data["expect_clarification"],

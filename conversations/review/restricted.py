@@ -19,12 +19,14 @@ source card, and any answer written from it, only if they may read the document 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
 from django.contrib.auth.models import User
 
 from conversations.models import Message, TurnTrace
+from conversations.trace import TraceHit, TraceMessage, read_trace
 from retrieval.access import (
     RESTRICTED_DOCUMENT,
     RESTRICTED_PASSAGE,
@@ -46,9 +48,8 @@ def _sources(answer: Message | None) -> list[dict[str, Any]]:
     return [s for s in (answer.sources if answer else None) or [] if isinstance(s, dict)]
 
 
-def _hits(trace: TurnTrace | None) -> list[dict[str, Any]]:
-    hits = ((trace.search if trace else None) or {}).get("hits") or []
-    return [h for h in hits if isinstance(h, dict)]
+def _hits(trace: TurnTrace | None) -> tuple[TraceHit, ...]:
+    return read_trace(trace).search.hits if trace is not None else ()
 
 
 class TurnRedactor:
@@ -66,7 +67,7 @@ class TurnRedactor:
             user=viewer,
             collection=default_collection(),
             document_ids=[s.get("document_id") for a in answers for s in _sources(a)],
-            external_ids=[h.get("document") for q in questions for h in _hits(_trace_of(q))],
+            external_ids=[h.document for q in questions for h in _hits(_trace_of(q))],
         )
         answer_of = {a.reply_to_id: a for a in answers if a.reply_to_id is not None}
         # Every unreadable title of the conversation: a later message may repeat one (a
@@ -98,9 +99,9 @@ class TurnRedactor:
         if self.access.everything:
             return set()
         titles = {
-            str(h.get("title") or "").strip()
+            h.title.strip()
             for h in _hits(_trace_of(question))
-            if not self.access.can_read(external_id=h.get("document"))
+            if not self.access.can_read(external_id=h.document)
         }
         titles |= {
             str(s.get("title") or "").strip()
@@ -151,15 +152,13 @@ class TurnRedactor:
     def source_readable(self, document_id: object) -> bool:
         return self.access.can_read(document_id=document_id)
 
-    def window(
-        self, *, question: Message, window: Iterable[dict[str, str]]
-    ) -> list[dict[str, str]]:
+    def window(self, *, question: Message, window: Iterable[TraceMessage]) -> list[TraceMessage]:
         """The masked window, with assistant text hidden after a hidden answer."""
         hide = self.window_hidden(question=question)
         return [
-            {**m, "text": str(RESTRICTED_PASSAGE)}
-            if hide and m.get("role") == "assistant"
-            else {**m, "text": self.scrub(str(m.get("text", "")))}
+            replace(m, text=str(RESTRICTED_PASSAGE))
+            if hide and m.role == "assistant"
+            else replace(m, text=self.scrub(m.text))
             for m in window
         ]
 

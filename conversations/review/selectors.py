@@ -7,7 +7,7 @@ filter and paginate thousands of turns without loading their traces.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -26,24 +26,12 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
 from conversations.models import Conversation, Feedback, TurnTrace
-from conversations.review.flags import STRONG_PATH
+from conversations.trace import STRONG_PATH
 from retrieval.models import GlossaryEntry
 from retrieval.quality.candidates import glossary_candidates, vocabulary_words
 from retrieval.services import default_collection, scope_for_user, vocabulary_df
 
 T = TypeVar("T", bound=TurnTrace)
-
-# Filters offered on both the conversation list and the trace list.
-FLAGS = (
-    "anomaly",
-    "clarified",
-    "no_results",
-    "weak",
-    "errors",
-    "slow",
-    "thumbs_down",
-    "thumbs_up",
-)
 
 
 class JsonbPathExists(Func):
@@ -73,7 +61,7 @@ def traces_annotated(qs: QuerySet[T]) -> QuerySet[T]:
 
 
 def trace_flag_q(flag: str) -> Q:
-    """The condition of one flag on an annotated trace queryset."""
+    """The condition of one flag on an annotated trace queryset (`trace.turn_flags` in Python)."""
     conditions = {
         "anomaly": Q(anomaly=True),
         "clarified": Q(clarified=True),
@@ -141,11 +129,3 @@ def glossary_candidates_for(traces: Sequence[TurnTrace], *, viewer: User) -> dic
         trace_id: glossary_candidates(question, df=df, glossary_terms=terms)
         for trace_id, question in questions.items()
     }
-
-
-def stored_ranking(search: dict[str, Any]) -> list[tuple[str, str]]:
-    """The documents a stored turn retrieved, best first: (external id, title)."""
-    seen: dict[str, str] = {}
-    for hit in search.get("hits") or []:
-        seen.setdefault(str(hit.get("document", "")), str(hit.get("title", "")))
-    return list(seen.items())

@@ -17,6 +17,7 @@ from django.utils import timezone
 from conversations.models import Conversation, Message, StaffAccessLog, TurnTrace
 from conversations.review.restricted import TurnRedactor, ranking_redacted
 from conversations.selectors import history_before
+from conversations.trace import TraceGlossaryHit, TraceQuery, TraceRewrite, TraceSearch
 from conversations.turns import turn_context, turn_retrieve
 from retrieval.access import RESTRICTED_PASSAGE
 from retrieval.pipeline.answer import answer_language
@@ -94,8 +95,8 @@ class RetryResult:
     """What the same turn retrieves now (current glossary and settings), masked."""
 
     backend: str
-    queries: list[dict[str, Any]]
-    glossary_hits: list[dict[str, Any]]
+    queries: list[TraceQuery]
+    glossary_hits: list[TraceGlossaryHit]
     documents: list[tuple[str, str]]
     errors: list[str] = field(default_factory=list)
 
@@ -119,13 +120,11 @@ def turn_retry(*, trace: TurnTrace, viewer: User) -> RetryResult:
     outcome = async_to_sync(turn_retrieve)(ctx, language=answer_language(ctx.question))
     titles = {m.hit.external_id: m.hit.title for m in outcome.merged}
     ranking = [(d, titles.get(d, "")) for d in ranked_documents(outcome.merged)]
-    queries = outcome.trace_search()["queries"]
-    for query in queries:
-        query["text"] = redactor.scrub(str(query["text"]))
+    rewrite = TraceRewrite.of(outcome.rewrite)
     return RetryResult(
-        backend=outcome.rewrite.backend,
-        queries=queries,
-        glossary_hits=outcome.rewrite.to_dict()["glossary_hits"],  # type: ignore[arg-type]
+        backend=rewrite.backend,
+        queries=[replace(q, text=redactor.scrub(q.text)) for q in TraceSearch.of(outcome).queries],
+        glossary_hits=list(rewrite.glossary),
         documents=ranking_redacted(viewer=viewer, ranking=ranking),
         errors=[redactor.scrub(e) for e in outcome.errors],
     )

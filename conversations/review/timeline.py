@@ -10,24 +10,30 @@ came from documents the viewing staff member may not read is a placeholder
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
 
 from django.contrib.auth.models import User
 from django.utils.translation import gettext_lazy as _
 
 from conversations.models import Conversation, Feedback, Message, TurnTrace
-from conversations.review.flags import STRONG_RANK, total_ms, turn_flags
 from conversations.review.restricted import TurnRedactor
 from conversations.review.selectors import slow_threshold_ms
-from conversations.trace import RewriteView, rewrite_view
+from conversations.trace import (
+    RewriteView,
+    Trace,
+    TraceMessage,
+    TraceSearch,
+    read_trace,
+    rewrite_view,
+    turn_flags,
+)
 from retrieval.access import RESTRICTED_DOCUMENT, RESTRICTED_PASSAGE
 from retrieval.pipeline.answer import clean_citations
 from retrieval.pipeline.masking import Masker, MaskingConfig
 from retrieval.services import employee_id_pattern, known_names_for
 
-FLAG_LABELS = {
+FLAG_LABELS = {  # every one of `FLAGS`
     "anomaly": _("anomaly"),
     "clarified": _("clarification asked"),
     "no_results": _("no results"),
@@ -58,16 +64,8 @@ class HitRow:
     title: str
     score: float
     passage: bool
+    corroborated: bool  # `TraceHit.corroborated`
     found_by: list[FoundBy]
-
-    @property
-    def corroborated(self) -> bool:
-        return any(
-            f.vector_rank is not None
-            and f.text_rank is not None
-            and max(f.vector_rank, f.text_rank) <= STRONG_RANK
-            for f in self.found_by
-        )
 
 
 @dataclass
@@ -100,7 +98,7 @@ class TurnReview:
     status: str
     masked_question: str
     trace_id: int | None = None
-    window: list[dict[str, str]] = field(default_factory=list)
+    window: list[TraceMessage] = field(default_factory=list)
     rewrite: RewriteView = field(default_factory=RewriteView)
     hits: list[HitRow] = field(default_factory=list)
     sources: list[SourceRow] = field(default_factory=list)
@@ -219,19 +217,21 @@ def turn_review(
     return review
 
 
-def _add_trace(review: TurnReview, trace: TurnTrace, feedback: list[Feedback]) -> None:
-    review.trace_id = trace.id
-    review.reviewed = trace.reviewed_at is not None
-    review.window = [
-        {"role": str(m.get("role", "")), "text": str(m.get("text", ""))}
-        for m in trace.masked_window or []
-        if isinstance(m, dict)
-    ]
-    review.rewrite = rewrite_view(trace.rewrite or {}, trace.search)
-    _add_hits(review, trace.search or {})
-    _add_timings(review, trace.timings_ms or {})
-    review.errors = [str(e) for e in trace.errors or []]
-    review.flags = _flags(trace, review, feedback)
+def _add_trace(review: TurnReview, row: TurnTrace, feedback: list[Feedback]) -> None:
+    trace = read_trace(row)
+    review.trace_id = row.id
+    review.reviewed = row.reviewed_at is not None
+    review.window = list(trace.masked_window)
+    review.rewrite = rewrite_view(trace.rewrite, trace.searched)
+    _add_hits(review, trace.search)
+    _add_timings(review, trace)
+    review.errors = list(trace.errors)
+    review.flags = turn_flags(
+        trace,
+        slow_ms=slow_threshold_ms(),
+        thumbs_down=any(f.value < 0 for f in feedback),
+        thumbs_up=any(f.value > 0 for f in feedback),
+    )
 
 
 def _redact(
@@ -265,11 +265,13 @@ def _redact(
     review.rewrite.anomalies = [scrub(a) for a in review.rewrite.anomalies]
     review.errors = [scrub(e) for e in review.errors]
     review.rewrite.error = scrub(review.rewrite.error)
-    if review.rewrite.clarification:
-        clarification = dict(review.rewrite.clarification)
-        clarification["question"] = scrub(str(clarification.get("question") or ""))
-        clarification["options"] = [scrub(str(o)) for o in clarification.get("options") or []]
-        review.rewrite.clarification = clarification
+    clarification = review.rewrite.clarification
+    if clarification is not None:
+        review.rewrite.clarification = replace(
+            clarification,
+            question=scrub(clarification.question),
+            options=tuple(scrub(o) for o in clarification.options),
+        )
 
 
 def _redact_corrections(review: TurnReview, redactor: TurnRedactor, *, question: Message) -> None:
@@ -320,51 +322,34 @@ def _add_answer(review: TurnReview, answer: Message, owner: User) -> None:
     ]
 
 
-def _add_hits(review: TurnReview, search: dict[str, Any]) -> None:
-    passages = set(search.get("passages") or [])
+def _add_hits(review: TurnReview, search: TraceSearch) -> None:
+    passages = set(search.passages)
     review.hits = [
         HitRow(
             position=i,
-            chunk=int(h.get("chunk", 0)),
-            document=str(h.get("document", "")),
-            title=str(h.get("title", "")),
-            score=float(h.get("score", 0.0)),
-            passage=h.get("chunk") in passages,
+            chunk=h.chunk,
+            document=h.document,
+            title=h.title,
+            score=h.score,
+            passage=h.chunk in passages,
+            corroborated=h.corroborated,
             found_by=[
-                FoundBy(
-                    query=int(f.get("query", 0)) + 1,
-                    rank=int(f.get("rank", 0)),
-                    vector_rank=f.get("vector_rank"),
-                    text_rank=f.get("text_rank"),
-                    score=float(f.get("score", 0.0)),
-                )
-                for f in h.get("found_by") or []
+                FoundBy(f.query + 1, f.rank, f.vector_rank, f.text_rank, f.score)
+                for f in h.found_by
             ],
         )
-        for i, h in enumerate(search.get("hits") or [], start=1)
+        for i, h in enumerate(search.hits, start=1)
     ]
 
 
-def _add_timings(review: TurnReview, timings: dict[str, Any]) -> None:
+def _add_timings(review: TurnReview, trace: Trace) -> None:
+    timings = trace.timings_ms
+
     def bars(names: tuple[str, ...]) -> list[Stage]:
-        values = [(n, float(timings[n])) for n in names if isinstance(timings.get(n), int | float)]
+        values = [(n, timings[n]) for n in names if n in timings]
         longest = max((v for _, v in values), default=0.0) or 1.0
         return [Stage(n, round(v, 1), round(100 * v / longest, 1)) for n, v in values]
 
     review.stages = bars(PIPELINE_STAGES)
     review.milestones = bars(MILESTONES)
-    review.total_ms = total_ms(timings)
-
-
-def _flags(trace: TurnTrace, review: TurnReview, feedback: list[Feedback]) -> list[str]:
-    return turn_flags(
-        no_results=trace.no_results,
-        clarified=trace.clarified,
-        anomaly=trace.anomaly,
-        search=trace.search or {},
-        errors=bool(review.errors),
-        total_ms=review.total_ms,
-        slow_ms=slow_threshold_ms(),
-        thumbs_down=any(f.value < 0 for f in feedback),
-        thumbs_up=any(f.value > 0 for f in feedback),
-    )
+    review.total_ms = trace.total_ms

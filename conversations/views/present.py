@@ -14,7 +14,13 @@ from typing import Any
 from django.utils.translation import gettext as _
 
 from conversations.models import Message, TurnTrace
-from conversations.trace import BACKEND_LABELS, QUERY_TYPE_LABELS, rewrite_view
+from conversations.trace import (
+    BACKEND_LABELS,
+    QUERY_TYPE_LABELS,
+    read_trace,
+    rewrite_block,
+    rewrite_view,
+)
 
 # `**bold**` (the documents are Markdown) and `[n]` citations; nothing else is interpreted.
 _INLINE = re.compile(r"\*\*(?P<bold>[^*\n]+?)\*\*|\[(?P<cite>\d{1,3})\]")
@@ -151,37 +157,22 @@ def highlight_segments(text: str, phrases: list[str]) -> list[Segment]:
 
 
 def trace_view(trace: TurnTrace | None, *, question: str) -> dict[str, Any] | None:
-    """The stored rewrite of a turn (`conversations.trace.rewrite_view`) in the shape of the
-    live `rewrite` frame, with glossary expansions marked in the queries.
+    """The stored rewrite of a turn as the live `rewrite` frame has it (`rewrite_block`), plus
+    the labels and the glossary expansions marked in the queries that the page renders.
 
     Stored queries are the masked ones (traces never hold raw personal data).
     """
     if trace is None or not trace.rewrite:
         return None
-    view = rewrite_view(trace.rewrite, trace.search)
+    stored = read_trace(trace)
+    view = rewrite_view(stored.rewrite, stored.searched)
+    block = rewrite_block(view, original=question, errors=stored.errors)
     expansions = [g.expansion for g in view.glossary]
-    return {
-        "original": question,
-        "backend": view.backend,
-        "backend_label": view.backend_label,
-        "model": view.model,
-        "queries": [
-            {
-                "text": q.text,
-                "type": q.type,
-                "label": q.type_label,
-                "weight": q.weight,
-                "segments": highlight_segments(q.text, expansions),
-            }
-            for q in view.queries
-        ],
-        "glossary": [{"term": g.term, "expansion": g.expansion} for g in view.glossary],
-        "corrections": view.corrections,
-        "notes": view.notes,
-        "anomalies": view.anomalies,
-        "errors": [str(e) for e in trace.errors or []],
-        "clarification": view.clarification,
-    }
+    for query, shown in zip(block["queries"], view.queries, strict=True):
+        query["label"] = shown.type_label
+        query["segments"] = highlight_segments(shown.text, expansions)
+    block["backend_label"] = view.backend_label
+    return block
 
 
 def build_turns(messages_in_order: list[Message], feedback: dict[int, int]) -> list[TurnView]:

@@ -1,8 +1,10 @@
-"""Chat model backends (Ollama, OpenAI-compatible, scripted fake) behind one small Protocol.
+"""Chat model backends (Ollama, OpenAI-compatible) behind one small Protocol.
+
+Tests script replies with `tests.fakes.FakeChat`; nothing here is a fake.
 
 Decisions:
 - One `httpx.AsyncClient` per backend instance, reused across calls; a client passed in is
-  borrowed and never closed by us.
+  borrowed and never closed by us (`retrieval.backends.http`, shared with the embedders).
 - Message contents are never logged, not even at debug level: they hold user questions.
 - `complete_json` enforces `timeout` as a deadline for the whole call; `stream` applies it to
   connecting and to each wait for the next chunk, since a long answer may legitimately take
@@ -11,7 +13,6 @@ Decisions:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -22,10 +23,16 @@ from typing import Any, Literal, Protocol, Self
 
 import httpx
 
-logger = logging.getLogger(__name__)
+from retrieval.backends.http import (
+    AsyncHTTP,
+    HTTPFailure,
+    check_status,
+    error_detail,
+    json_body,
+    v1_url,
+)
 
-# How much of an error body may go into an exception message (it is shown in traces).
-_ERROR_DETAIL_CHARS = 200
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -88,27 +95,9 @@ def _messages_payload(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
     return [{"role": m.role, "content": m.content} for m in messages]
 
 
-def _error_detail(body: bytes) -> str:
-    """Extract a short error message from an error body (JSON `error` or plain text)."""
-    text = body.decode("utf-8", errors="replace").strip()
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    if isinstance(data, dict):
-        err = data.get("error", data.get("detail", data.get("message")))
-        if isinstance(err, dict):
-            err = err.get("message", err)
-        if err is not None:
-            text = err if isinstance(err, str) else json.dumps(err)
-    text = " ".join(text.split())
-    if len(text) > _ERROR_DETAIL_CHARS:
-        text = text[:_ERROR_DETAIL_CHARS] + "..."
-    return text
-
-
 class _HTTPBackend:
-    """Shared plumbing: client ownership, headers, error mapping."""
+    """What both HTTP chat backends add to the shared plumbing (`retrieval.backends.http`):
+    their errors worded as `LLMError`s, and a log line per call without its contents."""
 
     backend = "llm"
 
@@ -119,17 +108,14 @@ class _HTTPBackend:
         api_key: str | None = None,
         client: httpx.AsyncClient | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self._http = AsyncHTTP(base_url, api_key, client)
+        self.base_url = self._http.base_url
         self.model = model
         self.name = model
-        self._api_key = api_key
-        self._owns_client = client is None
-        self._client = client if client is not None else httpx.AsyncClient()
 
     async def aclose(self) -> None:
         """Close the HTTP client if this backend created it."""
-        if self._owns_client:
-            await self._client.aclose()
+        await self._http.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -137,34 +123,35 @@ class _HTTPBackend:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        return headers
-
     @contextmanager
-    def _mapped_errors(self, url: str, timeout: float) -> Iterator[None]:
-        """Turn httpx and deadline errors into LLMError subclasses."""
+    def _llm_errors(self, timeout: float = 0.0) -> Iterator[None]:
+        """Word the plumbing's failures as LLMError subclasses."""
         try:
             yield
-        except (httpx.TimeoutException, TimeoutError) as exc:
-            raise LLMTimeout(timeout, self.backend) from exc
-        except httpx.ConnectError as exc:
-            raise LLMError(
-                f"cannot connect to {self.backend} at {url} (is it running?): {exc}"
-            ) from exc
-        except httpx.HTTPError as exc:
-            raise LLMError(f"{self.backend} request to {url} failed: {exc!r}") from exc
+        except HTTPFailure as failure:
+            raise self._error(failure, timeout) from failure.cause
+
+    def _error(self, failure: HTTPFailure, timeout: float) -> LLMError:
+        backend, url = self.backend, failure.url
+        match failure.kind:
+            case "timeout":
+                return LLMTimeout(timeout, backend)
+            case "connect":
+                return LLMError(
+                    f"cannot connect to {backend} at {url} (is it running?): {failure.cause}"
+                )
+            case "status":
+                return LLMHTTPError(failure.status or 0, failure.detail, backend)
+            case "json":
+                return LLMProtocolError(f"{backend} answered a body that is not JSON")
+            case _:
+                return LLMError(f"{backend} request to {url} failed: {failure.cause!r}")
 
     async def _post_json(self, url: str, payload: dict[str, Any], seconds: float) -> httpx.Response:
         """POST `payload` within `seconds` and return the response, whatever its status."""
         started = time.monotonic()
-        with self._mapped_errors(url, seconds):
-            async with asyncio.timeout(seconds):
-                response = await self._client.post(
-                    url, json=payload, headers=self._headers(), timeout=seconds
-                )
+        with self._llm_errors(seconds):
+            response = await self._http.post(url, payload, seconds)
         logger.debug(
             "%s POST %s model=%s status=%s bytes=%d elapsed=%.2fs",
             self.backend,
@@ -177,14 +164,12 @@ class _HTTPBackend:
         return response
 
     def _raise_for_status(self, response: httpx.Response) -> None:
-        if not response.is_success:
-            raise LLMHTTPError(response.status_code, _error_detail(response.content), self.backend)
+        with self._llm_errors():
+            check_status(response)
 
     def _json_body(self, response: httpx.Response) -> dict[str, Any]:
-        try:
-            data = response.json()
-        except ValueError as exc:
-            raise LLMProtocolError(f"{self.backend} answered a body that is not JSON") from exc
+        with self._llm_errors():
+            data = json_body(response)
         if not isinstance(data, dict):
             raise LLMProtocolError(f"{self.backend} answered JSON that is not an object")
         return data
@@ -193,14 +178,9 @@ class _HTTPBackend:
         self, url: str, payload: dict[str, Any], seconds: float
     ) -> AsyncGenerator[str, None]:
         """POST `payload` and yield the body line by line (`seconds` bounds each wait)."""
-        with self._mapped_errors(url, seconds):
-            async with self._client.stream(
-                "POST", url, json=payload, headers=self._headers(), timeout=seconds
-            ) as response:
-                if not response.is_success:
-                    body = await response.aread()
-                    raise LLMHTTPError(response.status_code, _error_detail(body), self.backend)
-                async for line in response.aiter_lines():
+        with self._llm_errors(seconds):
+            async with aclosing(self._http.stream_lines(url, payload, seconds)) as lines:
+                async for line in lines:
                     yield line
 
 
@@ -232,7 +212,7 @@ class OllamaChat(_HTTPBackend):
         self._raise_for_status(response)
         data = self._json_body(response)
         if "error" in data:
-            raise LLMProtocolError(f"ollama error: {_error_detail(response.content)}")
+            raise LLMProtocolError(f"ollama error: {error_detail(response.content)}")
         message = data.get("message")
         content = message.get("content") if isinstance(message, dict) else None
         if not isinstance(content, str):
@@ -264,7 +244,7 @@ class OllamaChat(_HTTPBackend):
                 if not isinstance(chunk, dict):
                     raise LLMProtocolError("ollama stream line is not a JSON object")
                 if "error" in chunk:
-                    detail = _error_detail(json.dumps(chunk).encode())
+                    detail = error_detail(json.dumps(chunk).encode())
                     raise LLMProtocolError(f"ollama stream error: {detail}")
                 message = chunk.get("message")
                 content = message.get("content") if isinstance(message, dict) else None
@@ -293,9 +273,7 @@ class OpenAIChat(_HTTPBackend):
 
     @property
     def _url(self) -> str:
-        if self.base_url.endswith("/v1"):
-            return f"{self.base_url}/chat/completions"
-        return f"{self.base_url}/v1/chat/completions"
+        return v1_url(self.base_url, "/chat/completions")
 
     @staticmethod
     def _response_format(schema: dict[str, Any], json_object: bool) -> dict[str, Any]:
@@ -388,7 +366,7 @@ class OpenAIChat(_HTTPBackend):
                 if not isinstance(event, dict):
                     raise LLMProtocolError("openai stream event is not a JSON object")
                 if "error" in event:
-                    detail = _error_detail(json.dumps(event).encode())
+                    detail = error_detail(json.dumps(event).encode())
                     raise LLMProtocolError(f"openai stream error: {detail}")
                 choices = event.get("choices")
                 if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
@@ -402,70 +380,3 @@ class OpenAIChat(_HTTPBackend):
         # Some older servers close the stream after the finish_reason without [DONE].
         if not finished:
             raise LLMProtocolError("openai stream ended before [DONE]")
-
-
-@dataclass(frozen=True)
-class FakeCall:
-    """One call recorded by FakeChat."""
-
-    kind: Literal["complete_json", "stream"]
-    messages: tuple[ChatMessage, ...]
-    schema: dict[str, Any] | None
-    timeout: float
-
-
-class FakeChatExhausted(AssertionError):
-    """FakeChat was called more times than it was scripted for."""
-
-
-class FakeChat:
-    """A deterministic chat model for tests and demos: replays scripted replies in order.
-
-    `replies` feed `complete_json`, `streams` (one list of chunks per call) feed `stream`;
-    a scripted item that is an exception instance is raised instead. Running out of script
-    raises FakeChatExhausted, so an unexpected call fails loudly.
-    """
-
-    def __init__(
-        self,
-        replies: Sequence[str | BaseException] = (),
-        streams: Sequence[Sequence[str] | BaseException] = (),
-        *,
-        name: str = "fake",
-    ) -> None:
-        self.name = name
-        self.replies: list[str | BaseException] = list(replies)
-        self.streams: list[Sequence[str] | BaseException] = list(streams)
-        self.calls: list[FakeCall] = []
-
-    async def complete_json(
-        self,
-        messages: Sequence[ChatMessage],
-        schema: dict[str, Any],
-        *,
-        timeout: float,  # noqa: ASYNC109 - part of the protocol
-    ) -> str:
-        """Return the next scripted reply."""
-        self.calls.append(FakeCall("complete_json", tuple(messages), schema, timeout))
-        if not self.replies:
-            raise FakeChatExhausted("FakeChat.complete_json called with no scripted reply left")
-        reply = self.replies.pop(0)
-        if isinstance(reply, BaseException):
-            raise reply
-        return reply
-
-    async def stream(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        timeout: float,  # noqa: ASYNC109 - part of the protocol; bounds each wait
-    ) -> AsyncIterator[str]:
-        """Yield the chunks of the next scripted stream."""
-        self.calls.append(FakeCall("stream", tuple(messages), None, timeout))
-        if not self.streams:
-            raise FakeChatExhausted("FakeChat.stream called with no scripted stream left")
-        script = self.streams.pop(0)
-        if isinstance(script, BaseException):
-            raise script
-        for chunk in script:
-            yield chunk

@@ -20,15 +20,14 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from retrieval.evaluation import EvalTask, EvaluationInputError, task_from_record
 from retrieval.evaluation_run import ModeReport, evaluate_mode
 from retrieval.models import Collection, EvaluationRun
-from retrieval.pipeline.llm import ChatModel
 from retrieval.pipeline.retrieve import REWRITE_MODES, RewriteMode
 from retrieval.quality.cases import eval_case_records
 from retrieval.quality.chart import LineChart, RunValues, line_chart
+from retrieval.services import chat_model
 
 logger = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 0.5
@@ -146,19 +145,6 @@ def evaluate_run(run_id: int) -> None:
     evaluation_run_execute(run_id=run_id)
 
 
-def _new_chat_model() -> ChatModel | None:
-    # A fresh client per run: the process-wide one belongs to another event loop.
-    if not settings.CHATRAG_LLM_BACKEND:
-        return None
-    cls = import_string(settings.CHATRAG_LLM_BACKEND)
-    model: ChatModel = cls(
-        base_url=settings.CHATRAG_LLM_URL,
-        model=settings.CHATRAG_LLM_MODEL,
-        api_key=settings.CHATRAG_LLM_API_KEY or None,
-    )
-    return model
-
-
 @sync_to_async
 def _save_progress(run_id: int, done: int) -> None:
     EvaluationRun.objects.filter(pk=run_id).update(done=done)
@@ -176,7 +162,8 @@ async def _evaluate(run: EvaluationRun, tasks: list[EvalTask]) -> dict[str, Mode
             last = time.monotonic()
             writes.append(loop.create_task(_save_progress(run.pk, done)))
 
-    model = _new_chat_model() if "llm" in run.modes else None
+    # A model of its own: the process-wide one's client belongs to another event loop.
+    model = chat_model(fresh=True) if "llm" in run.modes else None
     reports: dict[str, ModeReport] = {}
     try:
         for mode in run.modes:

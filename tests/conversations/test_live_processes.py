@@ -2,7 +2,7 @@
 
 - Both servers share a database of this module's own (on the suite's PostgreSQL) and, in the
   Redis mode, a Redis; nothing else: each has its own registry of running turns.
-- The chat model is the fake Ollama server (`chatrag.fakemodel`), held after its first piece
+- The chat model is the fake Ollama server (`chatrag.dev.fakemodel`), held after its first piece
   so that a turn is still being written when the other server is asked to stop it.
 - A browser's part is played by `websockets` clients with the session cookie of a real login.
 """
@@ -23,7 +23,7 @@ import pytest
 from psycopg import sql
 from websockets.asyncio.client import ClientConnection
 
-from chatrag.fakemodel import FakeModelConfig, FakeModelServer
+from chatrag.dev.fakemodel import FakeModelConfig, FakeModelServer
 from tests.support import (
     app_env,
     app_seed,

@@ -21,14 +21,15 @@ from conversations.models import (
     StaffAccessLog,
     TurnTrace,
 )
-from conversations.review.flags import STRONG_RANK, is_weak
 from conversations.review.selectors import (
     attention_traces,
     conversations_with_flag,
     traces_with_flag,
 )
 from conversations.review.services import conversations_purge_expired
+from conversations.review.timeline import FLAG_LABELS
 from conversations.services import conversation_create, message_store_user
+from conversations.trace import FLAGS, STRONG_RANK, read_trace, turn_flags
 from retrieval.models import EvalCase, EvaluationRun, GlossaryEntry, IngestionJob
 from retrieval.services import default_collection
 
@@ -334,10 +335,27 @@ def test_flags_filter_conversations_and_traces(personas: dict[str, User], settin
         "clarified": asked,
         "no_results": empty,
     }
+    assert set(expected) == set(FLAGS) == set(FLAG_LABELS)
     for flag, turn in expected.items():
         traces = traces_with_flag(flag, TurnTrace.objects.all())
         assert list(traces) == [turn.trace], flag
         assert list(conversations_with_flag(flag)) == [turn.conversation], flag
+    # The one Python rule (pages) says what the SQL (filters) says, for every turn and flag.
+    turns = [fine, slow, down, weak, broken, odd, asked, empty]
+    for turn in turns:
+        feedback = set(Feedback.objects.filter(message=turn.answer).values_list("value", flat=True))
+        in_python = turn_flags(
+            read_trace(turn.trace),
+            slow_ms=5000,
+            thumbs_down=-1 in feedback,
+            thumbs_up=1 in feedback,
+        )
+        in_sql = [
+            flag
+            for flag in FLAGS
+            if traces_with_flag(flag, TurnTrace.objects.filter(pk=turn.trace.pk)).exists()
+        ]
+        assert in_python == in_sql, turn.question.text
     panel = attention_traces(AttentionTurn.objects.all())
     assert {t.pk for t in panel} == {t.trace.pk for t in (down, weak, odd, empty)}
 
@@ -370,7 +388,7 @@ def test_weak_rule_in_sql_matches_python(personas: dict[str, User]) -> None:
     for hits in cases:
         turn = make_turn(personas["ana"], "x", search=_search(*hits))
         in_sql = traces_with_flag("weak", TurnTrace.objects.filter(pk=turn.trace.pk)).exists()
-        in_python = is_weak(search=turn.trace.search, clarified=False, no_results=False)
+        in_python = read_trace(turn.trace).weak
         assert in_sql == in_python, hits
 
 

@@ -1,11 +1,30 @@
-"""One reading of a stored rewrite for the chat page and the staff timeline."""
+"""The turn trace's one typed definition, and the [rewrite] block built once, live and stored."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import User
+
+from conversations import turns
 from conversations.models import TurnTrace
-from conversations.trace import GlossaryHitView, QueryView, rewrite_view
+from conversations.review.timeline import turn_review_for_trace
+from conversations.services import conversation_create, message_store_user
+from conversations.trace import (
+    FoundBy,
+    QueryView,
+    TraceClarification,
+    TraceGlossaryHit,
+    TraceHit,
+    TraceMessage,
+    TraceQuery,
+    TraceSearch,
+    read_trace,
+    rewrite_block,
+    rewrite_view,
+)
 from conversations.views.present import trace_view
 
 REWRITE: dict[str, Any] = {
@@ -24,44 +43,141 @@ REWRITE: dict[str, Any] = {
     "needs_clarification": True,
     "clarification": {"question": "Sobre o que?", "options": ["férias", "reembolso"]},
     "error": "",
+    "cache": "hit",
 }
 SEARCH: dict[str, Any] = {
     "queries": [
         {"text": "vale-refeição trabalho remoto", "type": "expand", "weight": 1.0, "area": None},
         {"text": "regra do VR no home", "type": "original", "weight": 0.5, "area": "beneficios"},
-    ]
+    ],
+    "hits": [
+        {
+            "chunk": 7,
+            "document": "pt/vr",
+            "title": "Vale-refeição",
+            "score": 0.031,
+            "found_by": [
+                {"query": 0, "rank": 1, "vector_rank": 2, "text_rank": 3, "score": 0.016},
+                {"query": 1, "rank": 4, "vector_rank": None, "text_rank": 1, "score": 0.015},
+            ],
+        },
+        {
+            "chunk": 9,
+            "document": "pt/vr",
+            "title": "Vale-refeição",
+            "score": 0.02,
+            "found_by": [],
+        },
+    ],
+    "passages": [7],
 }
 
 
+def _row(**fields: Any) -> TurnTrace:
+    return TurnTrace(**{"rewrite": REWRITE, "search": SEARCH, **fields})
+
+
+def test_a_stored_trace_reads_once_into_its_typed_definition() -> None:
+    trace = read_trace(
+        _row(
+            masked_question="e o VR no home?",
+            masked_window=[{"role": "user", "text": "oi"}, "junk"],
+            timings_ms={"rewrite": 12, "to_done": 900.5, "odd": "x"},
+            errors=["x"],
+            clarified=True,
+        )
+    )
+    assert trace.masked_window == (TraceMessage("user", "oi"),)
+    assert trace.timings_ms == {"rewrite": 12.0, "to_done": 900.5}
+    assert trace.total_ms == 900.5 and trace.errors == ("x",)
+    rewrite = trace.rewrite
+    assert (rewrite.backend, rewrite.model, rewrite.cache) == ("rules", "", "hit")
+    assert rewrite.glossary == (
+        TraceGlossaryHit("VR", "vale-refeição", "question"),
+        TraceGlossaryHit("home", "trabalho remoto", "history"),
+    )
+    assert rewrite.corrections == (("ferias", "férias"), ("reenbolso", "reembolso"))
+    assert rewrite.clarification == TraceClarification("Sobre o que?", ("férias", "reembolso"))
+    assert trace.searched == (
+        TraceQuery("vale-refeição trabalho remoto", "expand", 1.0, ""),
+        TraceQuery("regra do VR no home", "original", 0.5, "beneficios"),
+    )
+    first = trace.search.hits[0]
+    assert first.found_by[1] == FoundBy(1, 4, None, 1, 0.015)
+    assert first.corroborated and trace.search.corroborated
+    assert trace.search.ranking() == [("pt/vr", "Vale-refeição")]
+    assert trace.search.passages == (7,)
+
+
+def test_the_search_json_read_is_the_json_written() -> None:
+    assert TraceSearch.read(SEARCH).json() == SEARCH
+
+
+def test_an_empty_or_old_trace_reads_without_errors() -> None:
+    trace = read_trace(TurnTrace())
+    assert trace.searched == () and trace.search.hits == () and trace.total_ms is None
+    assert not trace.weak and trace.rewrite.clarification is None
+    # A hit found by one leg only is not corroborated: results, but weak ones.
+    lone = TraceHit(1, "pt/a", "A", 0.1, (FoundBy(0, 1, 1, None, 0.1),))
+    assert not lone.corroborated
+    # Traces from before the search was stored show the rewrite's queries.
+    old = read_trace(TurnTrace(rewrite={**REWRITE, "needs_clarification": False}))
+    assert [q.text for q in old.searched] == ["vale-refeição trabalho remoto"]
+    assert old.rewrite.clarification is None
+
+
 def test_the_page_and_the_timeline_read_a_trace_alike() -> None:
-    view = rewrite_view(REWRITE, SEARCH)
-    assert view.backend == "rules" and view.model == "" and view.policy == "rules-2026.12.1"
-    assert [q.text for q in view.queries] == [q["text"] for q in SEARCH["queries"]]
+    row = _row(errors=["x"])
+    trace = read_trace(row)
+    view = rewrite_view(trace.rewrite, trace.searched)
     assert view.queries[1] == QueryView(
         2, "regra do VR no home", "original", "suas palavras", 0.5, "beneficios"
     )
-    assert view.glossary == [
-        GlossaryHitView("VR", "vale-refeição", "question"),
-        GlossaryHitView("home", "trabalho remoto", "history"),
-    ]
-    assert view.corrections == [("ferias", "férias"), ("reenbolso", "reembolso")]
-    page = trace_view(TurnTrace(rewrite=REWRITE, search=SEARCH, errors=["x"]), question="q?")
+    page = trace_view(row, question="q?")
     assert page is not None
     assert [(q["text"], q["type"], q["label"], q["weight"]) for q in page["queries"]] == [
         (q.text, q.type, q.type_label, q.weight) for q in view.queries
     ]
-    assert page["glossary"] == [{"term": g.term, "expansion": g.expansion} for g in view.glossary]
     assert page["backend_label"] == view.backend_label == "regras e glossário"
-    for key in ("corrections", "notes", "anomalies", "clarification"):
-        assert page[key] == getattr(view, key), key
+    assert page["corrections"] == {"ferias": "férias", "reenbolso": "reembolso"}
+    assert page["clarification"] == {"question": "Sobre o que?", "options": ["férias", "reembolso"]}
     assert page["errors"] == ["x"] and page["original"] == "q?"
-
-
-def test_a_trace_without_search_shows_the_rewrite_queries_on_both() -> None:
-    # Traces from before the search was stored (the timeline used to show no queries).
-    view = rewrite_view({**REWRITE, "needs_clarification": False}, None)
-    assert [q.text for q in view.queries] == ["vale-refeição trabalho remoto"]
-    assert view.clarification is None
-    page = trace_view(TurnTrace(rewrite=REWRITE, search={}), question="q?")
-    assert page is not None and len(page["queries"]) == 1
+    # The page's block is the frame's plus what the server renders (labels, highlights).
+    extra = {"backend_label"}
+    assert {k: v for k, v in page.items() if k not in extra} | {
+        "queries": [{k: q[k] for k in ("text", "type", "weight", "area")} for q in page["queries"]]
+    } == rewrite_block(view, original="q?", errors=["x"])
     assert trace_view(TurnTrace(rewrite={}), question="q?") is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_live_rewrite_frame_and_the_stored_trace_agree(
+    small_kb: Any, personas: dict[str, User]
+) -> None:
+    """The browser's live [rewrite] block, the chat page after a reload and the staff
+    timeline show one turn alike (no personal data here: live queries are unmasked)."""
+    question = "qual o valr do VR no home?"
+    conversation = conversation_create(user=personas["ana"])
+    message = message_store_user(conversation=conversation, text=question)
+    frames: list[dict[str, Any]] = []
+
+    async def emit(frame: dict[str, Any]) -> None:
+        frames.append(frame)
+
+    async_to_sync(turns.turn_run)(message_id=message.id, emit=emit)
+    live = next(f for f in frames if f["type"] == "rewrite")
+    assert (live.pop("type"), live.pop("message_id")) == ("rewrite", message.id)
+    assert live["glossary"] and len(live["queries"]) > 1, live
+
+    row = TurnTrace.objects.get(message=message)
+    page = trace_view(row, question=question)
+    assert page is not None
+    del page["backend_label"]
+    for query in page["queries"]:
+        del query["label"], query["segments"]
+    assert page == live
+
+    boss = User.objects.create_superuser("boss", password="pw-boss-123")
+    review = turn_review_for_trace(trace=row, viewer=boss)
+    timeline = rewrite_block(review.rewrite, original=question, errors=review.errors)
+    assert timeline == live

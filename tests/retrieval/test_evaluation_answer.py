@@ -8,8 +8,9 @@ import pytest
 from django.utils import timezone
 
 from retrieval.evaluation_run import turn_answer
-from retrieval.pipeline.llm import ChatModel, FakeChat, LLMError
+from retrieval.pipeline.llm import ChatModel, LLMError
 from retrieval.pipeline.respond import answer_turn
+from tests.fakes import FakeChat
 from tests.retrieval.pipeline.test_respond import CutOff, _outcome
 
 pytestmark = pytest.mark.asyncio

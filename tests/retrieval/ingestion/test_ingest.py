@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from retrieval.embeddings import EmbeddingError, HashingEmbedder, get_embedder
+from chatrag.dev.fakes import HashingEmbedder
+from retrieval.embeddings import EmbeddingError, get_embedder
 from retrieval.ingestion.chunking import Section
 from retrieval.ingestion.services import (
     SourceDocument,

