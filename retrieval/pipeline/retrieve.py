@@ -92,35 +92,6 @@ class RetrievalOutcome:
     errors: list[str]
     masker: Masker
 
-    def trace_search(self) -> dict[str, Any]:
-        """Per-query and per-passage detail for the trace (masked text only)."""
-        return {
-            "queries": [
-                {"text": q.text, "type": q.type, "weight": q.weight, "area": q.area}
-                for q in self.queries
-            ],
-            "hits": [
-                {
-                    "chunk": m.hit.chunk_id,
-                    "document": m.hit.external_id,
-                    "title": m.hit.title,
-                    "score": round(m.score, 6),
-                    "found_by": [
-                        {
-                            "query": x.query,
-                            "rank": x.rank,
-                            "vector_rank": x.vector_rank,
-                            "text_rank": x.text_rank,
-                            "score": x.score,
-                        }
-                        for x in m.matches
-                    ],
-                }
-                for m in self.merged[:30]
-            ],
-            "passages": [m.hit.chunk_id for m in self.passages],
-        }
-
 
 LexiconFetcher = Callable[[set[str]], LexiconView]
 
