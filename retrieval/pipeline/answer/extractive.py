@@ -118,6 +118,8 @@ _CUE_PHRASES: tuple[tuple[AnswerKind, tuple[str, ...]], ...] = (
             "limite",
             "custa",
             "custo",
+            "quanto sai",
+            "cuanto sale",
             "percentual",
             "desconto",
             "cuanto",
@@ -510,11 +512,12 @@ def _topic_tokens(text: str) -> list[Token]:
     lines)."""
     tokens = token_spans(text)
     return [
-        t
-        for i, t in enumerate(tokens)
-        if t.norm not in _COUNTING
-        and not (t.norm in _PERIODS and i > 0 and tokens[i - 1].norm in _RATE_WORDS)
+        t for i, t in enumerate(tokens) if t.norm not in _COUNTING and not _rate_period(tokens, i)
     ]
+
+
+def _rate_period(tokens: Sequence[Token], i: int) -> bool:
+    return tokens[i].norm in _PERIODS and i > 0 and tokens[i - 1].norm in _RATE_WORDS
 
 
 def _idf(
@@ -580,7 +583,10 @@ def _subject(question: str, language: str, kind: AnswerKind | None) -> str:
     keep = [
         i
         for i, t in enumerate(tokens)
-        if t.norm not in stop and t.norm not in _CUE_WORDS and len(t.norm) > 1
+        if t.norm not in stop
+        and t.norm not in _CUE_WORDS
+        and len(t.norm) > 1
+        and not _rate_period(tokens, i)  # the "ano" of "quantas vezes por ano?"
     ]
     if not keep:
         return ""

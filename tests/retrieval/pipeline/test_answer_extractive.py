@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from retrieval.pipeline.answer import Passage, clean_citations, extractive_answer
-from retrieval.pipeline.answer.extractive import answer_kind
+from retrieval.pipeline.answer.extractive import answer_kind, opening_line
 from retrieval.pipeline.rewrite_rules.cues import after_switch_announcement
 from retrieval.pipeline.types import RewriteResult, SearchQuery
 
@@ -555,3 +555,14 @@ def test_a_page_in_another_language_does_not_take_the_answer_from_the_top_one() 
     )
     assert "liquidación final" in text
     assert "término" not in text
+
+
+def test_the_opening_line_names_no_rate_period_as_the_subject() -> None:
+    # "por ano" says how often, not what about: the answering page names the subject.
+    title = "Adiantamento salarial — regras"
+    assert opening_line("quantas vezes por ano?", "pt", "duration", title) == (
+        "Sobre o prazo — Adiantamento salarial:"
+    )
+    assert answer_kind("quanto sai por mês pra mim?") == "amount"
+    assert answer_kind("¿cuánto sale el seguro por mes?") == "amount"
+    assert "sai" not in opening_line("quanto sai por mês pra mim?", "pt", "amount", title)
