@@ -34,6 +34,7 @@ class Hit:
     # The document's version: replaced by a newer one, and the date it took effect.
     superseded: bool = False
     effective: date | None = None
+    language: str = ""  # the document's language code, "" when not known
 
 
 @dataclass(frozen=True)

@@ -146,6 +146,10 @@ def fulltext_words(text: str, max_terms: int = 32) -> list[str]:
 _CONFIGS = (("portuguese", "pt"), ("spanish", "es"), ("english", "en"), ("simple", "si"))
 
 
+# The language code of a chunk's text-search configuration ("simple": not known).
+_CONFIG_LANGUAGE = {"portuguese": "pt", "spanish": "es", "english": "en"}
+
+
 def _per_config(kind: str, alias: str) -> str:
     return (
         f"CASE {alias}.fts_config "
@@ -277,7 +281,7 @@ SELECT c.id, c.document_id, d.external_id, d.title, c.heading, c.text, c.positio
        f.vrank, f.trank,
        f.score + CASE WHEN %(area)s <> '' AND c.area = %(area)s THEN %(area_boost)s ELSE 0 END
            AS score,
-       d.superseded, d.effective_date
+       d.superseded, d.effective_date, c.fts_config
 FROM fused f
 JOIN retrieval_chunk c ON c.id = f.id
 JOIN retrieval_document d ON d.id = c.document_id
@@ -422,6 +426,7 @@ def hybrid_search(
             score=float(row[10]),
             superseded=bool(row[11]),
             effective=row[12],
+            language=_CONFIG_LANGUAGE.get(row[13], ""),
         )
         for row in rows
     ]

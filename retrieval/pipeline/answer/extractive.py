@@ -842,14 +842,14 @@ def _document_fit(by_document: Mapping[str, list[tuple[float, _Line]]]) -> dict[
 
 
 def _speaks(passages: Sequence[Passage], document: str, language: str) -> bool:
-    """Whether `document` is written in the turn's language (or in none it can tell).
+    """Whether `document` is written in the turn's language (or in none that is known).
 
     A country's pages are written in its own language: when the answering page speaks the
     turn's, a page in another that only shares words with the question neither takes the
     answer over nor adds lines to it (a Spanish question about a loan got a Portuguese
-    IT-accounts page's lines)."""
-    text = " ".join(p.text for p in passages if _document(p) == document)
-    return detect_language(text[:2000]) in (language, None)
+    IT-accounts page's lines). The language is the document's own, as it was indexed."""
+    known = {p.language for p in passages if _document(p) == document} - {""}
+    return not known or language in known
 
 
 def _document(passage: Passage) -> str:

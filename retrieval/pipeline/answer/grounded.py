@@ -31,6 +31,7 @@ class Passage:
     text: str
     document: str = ""  # the document's id: passages of one document answer together
     position: int = 0  # the chunk's place in its document
+    language: str = ""  # the document's language code, "" when not known
 
 
 LABELS: dict[str, dict[str, str]] = {
@@ -68,7 +69,15 @@ LABELS: dict[str, dict[str, str]] = {
 def passages_from_hits(hits: Sequence[MergedHit]) -> list[Passage]:
     """Number the passages shown to the user, [1] first, as the source cards are."""
     return [
-        Passage(i, m.hit.title, m.hit.heading, m.hit.text, str(m.hit.document_id), m.hit.position)
+        Passage(
+            i,
+            m.hit.title,
+            m.hit.heading,
+            m.hit.text,
+            str(m.hit.document_id),
+            m.hit.position,
+            m.hit.language,
+        )
         for i, m in enumerate(hits, start=1)
     ]
 
@@ -98,7 +107,13 @@ def context_passages(
         taken[hit.document_id] += 1
         out.append(
             Passage(
-                card_number, hit.title, hit.heading, hit.text, str(hit.document_id), hit.position
+                card_number,
+                hit.title,
+                hit.heading,
+                hit.text,
+                str(hit.document_id),
+                hit.position,
+                hit.language,
             )
         )
     return out

@@ -540,6 +540,7 @@ def test_a_page_in_another_language_does_not_take_the_answer_from_the_top_one() 
         "",
         "Al egreso, el saldo del préstamo se descuenta de la liquidación final.",
         document="prestamos-uy",
+        language="es",
     )
     accounts = Passage(
         2,
@@ -549,6 +550,7 @@ def test_a_page_in_another_language_does_not_take_the_answer_from_the_top_one() 
         "gestão, e só até o término do contrato da empresa. Ao término do contrato da empresa, "
         "o gestor pede o bloqueio da conta; a exclusão não é automática.",
         document="acesso-pt",
+        language="pt",
     )
     text = _answer(
         "y si me voy de la empresa con el préstamo sin terminar?", loans, accounts, language="es"
