@@ -364,6 +364,65 @@ def test_evaluation_report_shows_restricted_documents_as_placeholders(
     assert SALARY_ID in _get(helena, url)
 
 
+def test_run_job_and_case_lists_are_no_oracle_on_what_their_pages_hide(
+    documents: dict[str, Document], personas: dict[str, User]
+) -> None:
+    """The second attack: Vera, outside the group, filtered the evaluation runs with
+    `?report__icontains=pt/faixas-salariais-2026` and got the run whose report ranked it (a
+    made-up id gave none), then read the id a character at a time with
+    `?report__rows__0__ranked__0__startswith=`. The same free lookups worked on the ingestion
+    jobs' reports and, by the document's number, on the evaluation cases."""
+    from retrieval.models import IngestionJob
+
+    vera = _staff("vera", rights=["view_evaluationrun", "view_ingestionjob", "view_evalcase"])
+    collection = default_collection()
+    EvaluationRun.objects.create(
+        collection=collection,
+        source_label="probe",
+        modes=["rules"],
+        ks=[5],
+        status=EvaluationRun.Status.DONE,
+        tasks=[{"id": "t1", "question": "tabela de faixas salariais"}],
+        report={"rows": [{"id": "t1", "mode": "rules", "ranked": [SALARY_ID], "relevant": []}]},
+    )
+    IngestionJob.objects.create(
+        collection=collection,
+        status=IngestionJob.Status.DONE,
+        report={"errors": [{"document": SALARY_ID, "error": "no text"}]},
+    )
+    case = EvalCase.objects.create(collection=collection, question="qual a faixa do nível 3?")
+    case.relevant_documents.add(documents["salary"])
+    client = Client()
+    client.force_login(vera)
+    probes = {
+        "admin:retrieval_evaluationrun_changelist": [
+            "report__icontains={}",
+            "report__rows__0__ranked__0__startswith={}",
+            "tasks__icontains=faixas",
+        ],
+        "admin:retrieval_ingestionjob_changelist": ["report__icontains={}"],
+        "admin:retrieval_evalcase_changelist": ["relevant_documents={pk}"],
+    }
+    for name, lookups in probes.items():
+        url = reverse(name)
+        for lookup in lookups:
+            for secret, pk in ((SALARY_ID, documents["salary"].pk), ("pt/zz-none", 10**9)):
+                query = lookup.format(secret, pk=pk)
+                response = client.get(f"{url}?{query}")
+                # Refused whatever the value: nothing tells a present id from a made-up one.
+                assert response.status_code == 400, (url, query, response.status_code)
+    # The lists' own filters still work.
+    for name, query in (
+        ("admin:retrieval_evaluationrun_changelist", "status__exact=done"),
+        ("admin:retrieval_ingestionjob_changelist", f"collection__id__exact={collection.pk}"),
+        ("admin:retrieval_evalcase_changelist", "active__exact=1"),
+        ("admin:retrieval_evaluationrun_changelist", "metric=recall@5"),  # the chart's
+    ):
+        response = client.get(f"{reverse(name)}?{query}")
+        assert response.status_code == 200, (name, query, response.status_code)
+        assert "?e=1" not in response.get("Location", "")
+
+
 # --- retry now (the real pipeline) ------------------------------------------------------------
 
 KB_SALARY_TITLE = "Tabela de faixas salariais e política de reajuste 2026"
