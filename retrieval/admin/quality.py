@@ -216,8 +216,9 @@ class EvaluationRunAdmin(ListFilterLookupsOnly, ProgressMixin, ObjectContextAdmi
         context["can_playground"] = may_use_playground(request)
         # The chart's own parameter, not a filter of the list (the list took it for a lookup
         # and answered "?e=1"; it may filter only through its list filters).
-        request.GET = request.GET.copy()
-        request.GET.pop("metric", None)
+        params = request.GET.copy()
+        params.pop("metric", None)
+        request.GET = params  # type: ignore[assignment]  # stubs: GET is immutable, ours is not
         return super().changelist_view(request, context)
 
     def add_view(
