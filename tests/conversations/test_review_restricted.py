@@ -464,6 +464,40 @@ def test_retry_searches_only_what_the_staff_member_may_read_too(
         assert SALARY_ID in page and PLACEHOLDER_DOCUMENT not in page
 
 
+@pytest.mark.django_db(transaction=True)
+def test_an_evaluation_run_searches_only_what_its_starter_may_read(
+    small_kb: Any, personas: dict[str, User]
+) -> None:
+    """The second attack: Vera, outside the group, started a run on a tasks file of her own
+    questions ("tabela de faixas salarias e reajuste por merito"); it searched every document,
+    and its report ranked "[restricted document]" first: whether restricted text matches any
+    words she likes, a statistic over text she may not read. A run now searches as whoever
+    started it (the rule of the chat and of "retry now"); a superuser's run, everything."""
+    from retrieval.quality.runs import evaluation_run_create, evaluation_run_execute
+
+    question = "tabela de faixas salarias e reajuste por merito"
+    vera = _staff("vera", rights=["add_evaluationrun", "view_evaluationrun"])
+    boss = User.objects.create_superuser("boss", password="pw-boss-123")
+    ranked = {}
+    for user in (vera, boss):
+        run = evaluation_run_create(
+            collection=small_kb,
+            source=EvaluationRun.Source.FILE,
+            source_label="probe",
+            tasks=[{"id": "t1", "question": question, "relevant": [PUBLIC_ID]}],
+            modes=["rules"],
+            ks=[5],
+            user=user,
+        )
+        run = evaluation_run_execute(run_id=run.pk)
+        assert run.status == EvaluationRun.Status.DONE, run.error
+        ranked[user.username] = run.report["rows"][0]["ranked"]
+        html = _get(vera, reverse("admin:retrieval_evaluationrun_change", args=[run.pk]))
+        assert (PLACEHOLDER_DOCUMENT in html) is (user is boss)
+    assert SALARY_ID in ranked["boss"][:3]
+    assert ranked["vera"] and SALARY_ID not in ranked["vera"]
+
+
 def test_spelling_fixes_from_restricted_words_are_undone_for_staff_outside_the_group(
     talk: Talk, vera: User, helena: User
 ) -> None:
