@@ -1,4 +1,5 @@
-"""What the apps' admin classes share: records staff may not edit, extra pages, object context."""
+"""What the apps' admin classes share: records staff may not edit, lists filtered only
+through their filters, extra pages, object context."""
 
 from __future__ import annotations
 
@@ -36,6 +37,39 @@ def admin_page(
             **context,
         },
     )
+
+
+# Lookups a list filter may generate. Pattern and range lookups on text (`title__regex=`,
+# `reason__startswith=`, `title__gt=`, `report__icontains=` on a JSON report) would let staff
+# read raw text one character a time.
+_FILTER_LOOKUPS = {"exact", "iexact", "in", "isnull", "gte", "gt", "lte", "lt", "id", "pk"}
+
+
+class ListFilterLookupsOnly:
+    """A list filtered only through its own list filters (and date hierarchy).
+
+    Django allows any lookup on a model's own fields in the URL, JSON keys and `icontains`
+    included: `?report__icontains=pt/faixas` on the evaluation runs told staff outside a
+    group which restricted documents a report ranked, though its page shows placeholders.
+    """
+
+    # `request` optional as in Django 5.2's own signature (django-stubs 5.2 checks it).
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        # A filter class's own parameter ("review", "reason") is read by the class, not the ORM.
+        admin_: Any = self  # a ModelAdmin: list_filter and date_hierarchy are its own
+        if lookup in {getattr(f, "parameter_name", None) for f in admin_.list_filter}:
+            return True
+        fields = {
+            f if isinstance(f, str) else f[0] for f in admin_.list_filter if not isinstance(f, type)
+        }
+        if admin_.date_hierarchy:
+            fields.add(admin_.date_hierarchy)
+        parts = lookup.split("__")
+        for field in fields:
+            prefix = field.split("__")
+            if parts[: len(prefix)] == prefix and set(parts[len(prefix) :]) <= _FILTER_LOOKUPS:
+                return True
+        return False
 
 
 class NoAddOrChangeMixin:

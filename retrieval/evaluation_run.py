@@ -154,13 +154,19 @@ async def evaluate_mode(
     on_task: Callable[[], object] | None = None,
     answers: bool = False,
     corpus_idf: bool = False,
+    scope: Scope | None = None,
 ) -> ModeReport:
-    """Score every task with one rewrite mode (tasks run one at a time for clean latencies)."""
+    """Score every task with one rewrite mode (tasks run one at a time for clean latencies).
+
+    `scope`: what the searches and the rewrite's word statistics may read; every document of
+    the collection when None (the command line).
+    """
     engine = await sync_to_async(search_engine)()
     glossary = await sync_to_async(glossary_for)(collection=collection)
     settings = await sync_to_async(retrieval_settings)(mode=mode)
     embedder = await sync_to_async(query_embedder_for)(collection=collection)
-    scope = Scope(collection_id=collection.id, see_everything=True)
+    if scope is None:
+        scope = Scope(collection_id=collection.id, see_everything=True)
     lexicon = VocabularyLexicon(engine, collection.id, scope=scope)
     report = ModeReport(mode=mode, ks=ks)
     references = references_by_task(tasks) if answers else {}

@@ -24,7 +24,12 @@ from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from chatrag.admin_utils import NoAddOrChangeMixin, ObjectContextAdmin, admin_page
+from chatrag.admin_utils import (
+    ListFilterLookupsOnly,
+    NoAddOrChangeMixin,
+    ObjectContextAdmin,
+    admin_page,
+)
 from conversations.admin.filters import (
     FLAG_FILTERS,
     ReasonFilter,
@@ -72,37 +77,14 @@ def _record_access(request: HttpRequest, conversation: Conversation, view: str) 
     )
 
 
-# Lookups a list filter may generate. Pattern and range lookups on text (`title__regex=`,
-# `reason__startswith=`, `title__gt=`) would let staff read raw text one character a time.
-_FILTER_LOOKUPS = {"exact", "iexact", "in", "isnull", "gte", "gt", "lte", "lt", "id", "pk"}
-
-
 def can_review(request: HttpRequest) -> bool:
     """Whether this staff member may change review state (view rights only read it)."""
     return bool(request.user.has_perm("conversations.change_turntrace"))
 
 
-class ReviewListMixin:
+class ReviewListMixin(ListFilterLookupsOnly):
     """What every review list shares: filters only through its own list filters (never a
     free lookup on a raw text field), and each list page recorded in the access log."""
-
-    # `request` optional as in Django 5.2's own signature (django-stubs 5.2 checks it).
-    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
-        # A filter class's own parameter ("review", "reason") is read by the class, not the ORM.
-        admin_: Any = self  # a ModelAdmin: list_filter and date_hierarchy are its own
-        if lookup in {getattr(f, "parameter_name", None) for f in admin_.list_filter}:
-            return True
-        fields = {
-            f if isinstance(f, str) else f[0] for f in admin_.list_filter if not isinstance(f, type)
-        }
-        if admin_.date_hierarchy:
-            fields.add(admin_.date_hierarchy)
-        parts = lookup.split("__")
-        for field in fields:
-            prefix = field.split("__")
-            if parts[: len(prefix)] == prefix and set(parts[len(prefix) :]) <= _FILTER_LOOKUPS:
-                return True
-        return False
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

@@ -15,6 +15,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from chatrag.admin_utils import (
+    ListFilterLookupsOnly,
     NoAddOrChangeMixin,
     ObjectContextAdmin,
     admin_page,
@@ -172,7 +173,9 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
 
 
 @admin.register(IngestionJob)
-class IngestionJobAdmin(ProgressMixin, NoAddOrChangeMixin, ObjectContextAdmin[IngestionJob]):
+class IngestionJobAdmin(
+    ListFilterLookupsOnly, ProgressMixin, NoAddOrChangeMixin, ObjectContextAdmin[IngestionJob]
+):
     """A job's page shows its progress; jobs are started by uploads and re-index actions."""
 
     list_display = ["id", "collection", "kind", "status", "progress", "created_by", "created_at"]

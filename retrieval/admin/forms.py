@@ -64,7 +64,7 @@ class DocumentUploadForm(forms.Form):
         max_length=200,
         help_text=gettext_lazy(
             "Prefix of the documents' ids, e.g. “pt” gives “pt/ferias”. A file whose id exists "
-            "already replaces that document."
+            "already replaces that document, if you may read it (else the file is refused)."
         ),
     )
     groups = forms.ModelMultipleChoiceField(

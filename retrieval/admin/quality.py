@@ -13,7 +13,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from chatrag.admin_utils import ObjectContextAdmin, admin_page, request_user
+from chatrag.admin_utils import ListFilterLookupsOnly, ObjectContextAdmin, admin_page, request_user
 from retrieval.access import DocumentAccess, document_access, documents_readable
 from retrieval.admin.forms import EvaluationRunForm
 from retrieval.admin.playground import may_use_playground, playground_view
@@ -31,7 +31,7 @@ from retrieval.quality.runs import (
 
 
 @admin.register(EvalCase)
-class EvalCaseAdmin(admin.ModelAdmin[EvalCase]):
+class EvalCaseAdmin(ListFilterLookupsOnly, admin.ModelAdmin[EvalCase]):
     list_display = [
         "question",
         "category",
@@ -137,7 +137,7 @@ def _metric(request: HttpRequest, run: EvaluationRun | None) -> str:
 
 
 @admin.register(EvaluationRun)
-class EvaluationRunAdmin(ProgressMixin, ObjectContextAdmin[EvaluationRun]):
+class EvaluationRunAdmin(ListFilterLookupsOnly, ProgressMixin, ObjectContextAdmin[EvaluationRun]):
     """Start evaluations, watch them run, compare modes and follow quality over time."""
 
     list_display = [
@@ -214,6 +214,11 @@ class EvaluationRunAdmin(ProgressMixin, ObjectContextAdmin[EvaluationRun]):
         context["metrics"] = ["mrr@10", "ndcg@10", "recall@5", "recall@10"]
         context["metric"] = metric
         context["can_playground"] = may_use_playground(request)
+        # The chart's own parameter, not a filter of the list (the list took it for a lookup
+        # and answered "?e=1"; it may filter only through its list filters).
+        params = request.GET.copy()
+        params.pop("metric", None)
+        request.GET = params  # type: ignore[assignment]  # stubs: GET is immutable, ours is not
         return super().changelist_view(request, context)
 
     def add_view(

@@ -39,6 +39,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from retrieval.access import documents_readable
 from retrieval.embeddings import get_embedder
 from retrieval.models import Collection, Document, IngestionJob
 
@@ -139,7 +140,7 @@ def ingestion_job_run(*, job_id: str) -> IngestionJob:
                 worker = {**_worker(timezone.now()), "reading": str(path)}
                 IngestionJob.objects.filter(pk=job.pk).update(report={**carried, "worker": worker})
 
-            items = [*listed, *sources_from_files(files, on_file=reading)]
+            items = _uploaded(job, [*listed, *sources_from_files(files, on_file=reading)])
             total = len(items)
         items = _with_groups(job, items)
         IngestionJob.objects.filter(pk=job.pk).update(
@@ -177,6 +178,40 @@ def _with_groups(
         return items
     groups = tuple(job.groups)
     return [replace(i, groups=groups) if isinstance(i, SourceDocument) else i for i in items]
+
+
+NOT_YOURS = (
+    "a document you may not read has this id; not replaced (choose another folder or file name)"
+)
+
+
+def _uploaded(
+    job: IngestionJob, items: list[SourceDocument | FileOutcome]
+) -> list[SourceDocument | FileOutcome]:
+    """A file whose id names a document its uploader may not read is refused, not ingested.
+
+    The id is `folder/name`, chosen by the uploader: staff outside a group who uploaded
+    `pt/faixas-salariais-2026.md` replaced the group's salary table (its text gone, the page
+    public with theirs). The refusal says the id is taken, which ids being unique cannot
+    avoid; nothing of the document's title, text or groups. Jobs the app queues itself
+    (no staff member behind them: the benchmarks, the tests) are not limited.
+    """
+    uploader = job.created_by
+    if uploader is None:
+        return items
+    ids = [i.external_id for i in items if isinstance(i, SourceDocument)]
+    existing = Document.objects.filter(collection=job.collection, external_id__in=ids)
+    hidden = set(
+        existing.exclude(pk__in=documents_readable(user=uploader)).values_list(
+            "external_id", flat=True
+        )
+    )
+    return [
+        FileOutcome(i.external_id, "error", error=NOT_YOURS)
+        if isinstance(i, SourceDocument) and i.external_id in hidden
+        else i
+        for i in items
+    ]
 
 
 # --- A job split into parts -------------------------------------------------------------------
@@ -263,7 +298,7 @@ def ingestion_job_part_run(*, job_id: str, index: int, files: Sequence[Sequence[
                 _part_update(job_id, index, worker=worker)
 
             pairs = [(Path(path), Path(root)) for path, root in files]
-            items = _with_groups(job, sources_from_files(pairs, on_file=reading))
+            items = _with_groups(job, _uploaded(job, sources_from_files(pairs, on_file=reading)))
             _part_update(job_id, index, worker=_worker(timezone.now()))
 
             def progress(done: int, total: int, name: str) -> None:

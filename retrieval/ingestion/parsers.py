@@ -14,10 +14,12 @@ Files are untrusted (anyone with upload rights, or a shared folder): every parse
 
 from __future__ import annotations
 
+import io
 import multiprocessing
 import os
 import re
 import resource
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -239,6 +241,80 @@ def parse_html(
     return ParsedDocument(parser.title or fallback_title, parser.sections)
 
 
+# Bytes of shown strings a page's content may hold, per character of text still allowed,
+# before the rest of it is parsed only if the start did not already exceed the budget. Four:
+# a character is one byte in simple fonts, two in CID fonts; a glyph without a Unicode
+# mapping is none, which is why the stream is then read whole instead of refused.
+_PDF_STRING_BYTES_PER_CHAR = 4
+_PDF_SHOWS_TEXT = {b"Tj", b"TJ", b"'", b'"'}
+
+
+class _Enough(Exception):
+    """The strings parsed so far are enough to tell whether the page is over the budget."""
+
+
+class _CountingOperations(list[tuple[Any, bytes]]):
+    """pypdf's parsed operations, stopping the parse once their strings pass `cap` bytes."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__()
+        self.cap, self.string_bytes = cap, 0
+
+    def append(self, item: tuple[Any, bytes]) -> None:
+        super().append(item)
+        operands, operator = item
+        if operator in _PDF_SHOWS_TEXT:
+            self.string_bytes += sum(len(o) for o in _strings(operands))
+            if self.string_bytes > self.cap:
+                raise _Enough
+
+
+def _strings(operands: Any) -> list[Any]:
+    found: list[Any] = []
+    for operand in operands if isinstance(operands, list) else []:
+        if isinstance(operand, list):
+            found += _strings(operand)
+        elif isinstance(operand, str | bytes):
+            found.append(operand)
+    return found
+
+
+def _page_text(page: Any, reader: Any, counter: Callable[[], Any], *, allowed: int) -> str:
+    """A page's text, with a `counter()` hearing it as pypdf extracts it.
+
+    pypdf parses a page's whole content stream before it extracts the first character:
+    text_bomb.pdf's 5 MB of text operators took 2.5 s of CPU to parse, and its text was over
+    the budget after the first 100 KB. So the stream is parsed first only until its strings
+    could hold the text still `allowed`; text past the budget from that start is refused at
+    once. Only a start that stayed within it (glyphs that map to no text) is read again whole.
+    """
+    from pypdf.generic import ContentStream, NameObject
+
+    original = page.get(NameObject("/Contents"))
+    if original is None:
+        return str(page.extract_text(visitor_text=counter()) or "")
+    content = ContentStream(original.get_object(), reader, "bytes")
+    data = content.get_data()
+    cap = _PDF_STRING_BYTES_PER_CHAR * max(allowed, 0)
+    if len(data) <= cap:  # strings are a part of the stream: it cannot pass the cap
+        return str(page.extract_text(visitor_text=counter()) or "")
+    operations = _CountingOperations(cap)
+    content._operations = operations
+    try:
+        content._parse_content_stream(io.BytesIO(data))
+    except _Enough:
+        pass
+    else:  # parsed whole within the cap: the operations are the page's
+        content._data = b""
+        page[NameObject("/Contents")] = content
+        return str(page.extract_text(visitor_text=counter()) or "")
+    content._data = b""
+    page[NameObject("/Contents")] = content
+    page.extract_text(visitor_text=counter())  # raises ParseError when the start is over
+    page[NameObject("/Contents")] = original  # within it: read again, whole
+    return str(page.extract_text(visitor_text=counter()) or "")
+
+
 def parse_pdf(
     path: Path, fallback_title: str, limits: ParseLimits = DEFAULT_LIMITS
 ) -> ParsedDocument:
@@ -260,17 +336,21 @@ def parse_pdf(
         chars = 0
         size = path.stat().st_size
         for number, page in enumerate(reader.pages, start=1):
-            seen = chars
 
-            def count(text: str, *_: Any) -> None:
-                # Counted as pypdf reads the page, so a page of a million characters from
-                # a few KB stops at the budget instead of being read whole (3 s of CPU
-                # for the hostile upload, against minutes and so the 10 s time limit).
-                nonlocal seen
-                seen += len(text)
-                _check_chars(seen, limits, size=size)
+            def counter(before: int = chars) -> Callable[[str], None]:
+                seen = before
 
-            page_text = (page.extract_text(visitor_text=count) or "").strip()
+                def count(text: str, *_: Any) -> None:
+                    # Counted as pypdf reads the page, so a page of a million characters
+                    # from a few KB stops at the budget instead of being read whole.
+                    nonlocal seen
+                    seen += len(text)
+                    _check_chars(seen, limits, size=size)
+
+                return count
+
+            allowed = limits.chars_for(size) - chars
+            page_text = _page_text(page, reader, counter, allowed=allowed).strip()
             chars += len(page_text)
             _check_chars(chars, limits, size=size)
             if page_text:

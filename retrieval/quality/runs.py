@@ -27,7 +27,7 @@ from retrieval.models import Collection, EvaluationRun
 from retrieval.pipeline.retrieve import REWRITE_MODES, RewriteMode
 from retrieval.quality.cases import eval_case_records
 from retrieval.quality.chart import LineChart, RunValues, line_chart
-from retrieval.services import chat_model
+from retrieval.services import chat_model, scope_for_user
 
 logger = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 0.5
@@ -101,7 +101,7 @@ def evaluation_run_execute(*, run_id: int) -> EvaluationRun:
     claimed = EvaluationRun.objects.filter(pk=run_id, status=EvaluationRun.Status.QUEUED).update(
         status=EvaluationRun.Status.RUNNING, started_at=timezone.now(), done=0
     )
-    run = EvaluationRun.objects.select_related("collection").get(pk=run_id)
+    run = EvaluationRun.objects.select_related("collection", "created_by").get(pk=run_id)
     if not claimed:
         logger.warning("evaluation run %s is %s, not queued: not run again", run.pk, run.status)
         return run
@@ -111,6 +111,8 @@ def evaluation_run_execute(*, run_id: int) -> EvaluationRun:
             for n, r in enumerate(run.tasks, start=1)
         ]
         notes = []
+        if run.created_by is not None and not run.created_by.is_superuser:
+            notes.append(f"searched as {run.created_by.username}: only what they may read")
         if "llm" in run.modes and not settings.CHATRAG_LLM_BACKEND:
             notes.append("llm: no model server configured, the rule rewriter was used")
         reports = async_to_sync(_evaluate)(run, tasks)
@@ -165,6 +167,15 @@ async def _evaluate(run: EvaluationRun, tasks: list[EvalTask]) -> dict[str, Mode
     # A model of its own: the process-wide one's client belongs to another event loop.
     model = chat_model(fresh=True) if "llm" in run.modes else None
     reports: dict[str, ModeReport] = {}
+    # A run started from the admin searches as whoever started it, like the chat and "retry
+    # now": with every document, its report ranked "[restricted document]" for questions of
+    # the starter's choosing (whether restricted text matches them: a statistic over text
+    # they may not read). Runs the app makes itself (no one behind them) read everything.
+    scope = (
+        await sync_to_async(scope_for_user)(user=run.created_by, collection=run.collection)
+        if run.created_by is not None
+        else None
+    )
     try:
         for mode in run.modes:
             reports[mode] = await evaluate_mode(
@@ -175,6 +186,7 @@ async def _evaluate(run: EvaluationRun, tasks: list[EvalTask]) -> dict[str, Mode
                 language=None,
                 model=model,
                 on_task=on_task,
+                scope=scope,
             )
     finally:
         await asyncio.gather(*writes, return_exceptions=True)

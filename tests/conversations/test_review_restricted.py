@@ -364,6 +364,65 @@ def test_evaluation_report_shows_restricted_documents_as_placeholders(
     assert SALARY_ID in _get(helena, url)
 
 
+def test_run_job_and_case_lists_are_no_oracle_on_what_their_pages_hide(
+    documents: dict[str, Document], personas: dict[str, User]
+) -> None:
+    """The second attack: Vera, outside the group, filtered the evaluation runs with
+    `?report__icontains=pt/faixas-salariais-2026` and got the run whose report ranked it (a
+    made-up id gave none), then read the id a character at a time with
+    `?report__rows__0__ranked__0__startswith=`. The same free lookups worked on the ingestion
+    jobs' reports and, by the document's number, on the evaluation cases."""
+    from retrieval.models import IngestionJob
+
+    vera = _staff("vera", rights=["view_evaluationrun", "view_ingestionjob", "view_evalcase"])
+    collection = default_collection()
+    EvaluationRun.objects.create(
+        collection=collection,
+        source_label="probe",
+        modes=["rules"],
+        ks=[5],
+        status=EvaluationRun.Status.DONE,
+        tasks=[{"id": "t1", "question": "tabela de faixas salariais"}],
+        report={"rows": [{"id": "t1", "mode": "rules", "ranked": [SALARY_ID], "relevant": []}]},
+    )
+    IngestionJob.objects.create(
+        collection=collection,
+        status=IngestionJob.Status.DONE,
+        report={"errors": [{"document": SALARY_ID, "error": "no text"}]},
+    )
+    case = EvalCase.objects.create(collection=collection, question="qual a faixa do nível 3?")
+    case.relevant_documents.add(documents["salary"])
+    client = Client()
+    client.force_login(vera)
+    probes = {
+        "admin:retrieval_evaluationrun_changelist": [
+            "report__icontains={}",
+            "report__rows__0__ranked__0__startswith={}",
+            "tasks__icontains=faixas",
+        ],
+        "admin:retrieval_ingestionjob_changelist": ["report__icontains={}"],
+        "admin:retrieval_evalcase_changelist": ["relevant_documents={pk}"],
+    }
+    for name, lookups in probes.items():
+        url = reverse(name)
+        for lookup in lookups:
+            for secret, pk in ((SALARY_ID, documents["salary"].pk), ("pt/zz-none", 10**9)):
+                query = lookup.format(secret, pk=pk)
+                response = client.get(f"{url}?{query}")
+                # Refused whatever the value: nothing tells a present id from a made-up one.
+                assert response.status_code == 400, (url, query, response.status_code)
+    # The lists' own filters still work.
+    for name, query in (
+        ("admin:retrieval_evaluationrun_changelist", "status__exact=done"),
+        ("admin:retrieval_ingestionjob_changelist", f"collection__id__exact={collection.pk}"),
+        ("admin:retrieval_evalcase_changelist", "active__exact=1"),
+        ("admin:retrieval_evaluationrun_changelist", "metric=recall@5"),  # the chart's
+    ):
+        response = client.get(f"{reverse(name)}?{query}")
+        assert response.status_code == 200, (name, query, response.status_code)
+        assert "?e=1" not in response.get("Location", "")
+
+
 # --- retry now (the real pipeline) ------------------------------------------------------------
 
 KB_SALARY_TITLE = "Tabela de faixas salariais e política de reajuste 2026"
@@ -403,6 +462,40 @@ def test_retry_searches_only_what_the_staff_member_may_read_too(
     for user in (helena, boss):
         page = _get(user, url)
         assert SALARY_ID in page and PLACEHOLDER_DOCUMENT not in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_evaluation_run_searches_only_what_its_starter_may_read(
+    small_kb: Any, personas: dict[str, User]
+) -> None:
+    """The second attack: Vera, outside the group, started a run on a tasks file of her own
+    questions ("tabela de faixas salarias e reajuste por merito"); it searched every document,
+    and its report ranked "[restricted document]" first: whether restricted text matches any
+    words she likes, a statistic over text she may not read. A run now searches as whoever
+    started it (the rule of the chat and of "retry now"); a superuser's run, everything."""
+    from retrieval.quality.runs import evaluation_run_create, evaluation_run_execute
+
+    question = "tabela de faixas salarias e reajuste por merito"
+    vera = _staff("vera", rights=["add_evaluationrun", "view_evaluationrun"])
+    boss = User.objects.create_superuser("boss", password="pw-boss-123")
+    ranked = {}
+    for user in (vera, boss):
+        run = evaluation_run_create(
+            collection=small_kb,
+            source=EvaluationRun.Source.FILE,
+            source_label="probe",
+            tasks=[{"id": "t1", "question": question, "relevant": [PUBLIC_ID]}],
+            modes=["rules"],
+            ks=[5],
+            user=user,
+        )
+        run = evaluation_run_execute(run_id=run.pk)
+        assert run.status == EvaluationRun.Status.DONE, run.error
+        ranked[user.username] = run.report["rows"][0]["ranked"]
+        html = _get(vera, reverse("admin:retrieval_evaluationrun_change", args=[run.pk]))
+        assert (PLACEHOLDER_DOCUMENT in html) is (user is boss)
+    assert SALARY_ID in ranked["boss"][:3]
+    assert ranked["vera"] and SALARY_ID not in ranked["vera"]
 
 
 def test_spelling_fixes_from_restricted_words_are_undone_for_staff_outside_the_group(

@@ -250,3 +250,81 @@ def test_restarting_make_run_keeps_documents_uploaded_through_the_admin(
     (kb / "pt" / "vr.md").write_text("# VR\n\nR$ 48 por dia.\n", encoding="utf-8")
     call_command("seed_demo", stdout=io.StringIO())
     assert set(Document.objects.values_list("external_id", flat=True)) == {"pt/vr", *uploaded}
+
+
+@pytest.mark.parametrize("part_files", [32, 1], ids=["one-job", "split-job"])
+def test_an_upload_never_replaces_a_document_its_uploader_may_not_read(
+    staff_client: Client,
+    django_capture_on_commit_callbacks: Any,
+    eager_celery: None,
+    settings: Any,
+    part_files: int,
+) -> None:
+    """The second attack (issue 14): Carla, staff with the right to add documents but not in
+    `rh-restrito`, uploaded `faixas-salariais-2026.md` into folder `pt`. Its id,
+    `pt/faixas-salariais-2026`, was the restricted salary table's, so the job replaced it:
+    the table's text was gone, the page was public with her text, and "updated: 1" told her
+    the id existed. A document she may read is still replaced, as the form says. The same
+    in a job split into parts (more files than CHATRAG_INGEST_PART_FILES)."""
+    from django.contrib.auth.models import Permission
+
+    from retrieval.embeddings import get_embedder
+    from retrieval.ingestion.chunking import Section
+    from retrieval.ingestion.services import SourceDocument, documents_ingest
+
+    settings.CHATRAG_INGEST_PART_FILES = part_files
+    collection = default_collection()
+    table = "Analista III: R$ 9.800 a R$ 13.200."
+    documents_ingest(
+        collection=collection,
+        sources=[
+            SourceDocument(
+                "pt/faixas-salariais-2026",
+                "Faixas salariais 2026",
+                (Section("Analista", table),),
+                groups=("rh-restrito",),
+            ),
+            SourceDocument("pt/auxilio-creche", "Auxílio creche", (Section("", "R$ 500."),)),
+        ],
+        embedder=get_embedder(),
+    )
+    carla = User.objects.create_user("carla", password="pw-carla-123", is_staff=True)
+    carla.user_permissions.set(
+        Permission.objects.filter(
+            codename__in=["add_document", "view_document", "view_ingestionjob"]
+        )
+    )
+    client = Client()
+    client.force_login(carla)
+    forged = "---\ntitle: Tabela nova\n---\n# Tabela\n\nTexto da Carla.\n"
+    files = [
+        SimpleUploadedFile("faixas-salariais-2026.md", forged.encode()),
+        SimpleUploadedFile("auxilio-creche.md", POLICY.encode()),
+    ]
+    data = {"collection": collection.pk, "uploads": files, "folder": "pt"}
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("admin:retrieval_document_add"), data)
+    assert response.status_code == 302
+    job = IngestionJob.objects.get()
+    assert job.status == IngestionJob.Status.DONE, job.report
+    salary = Document.objects.get(external_id="pt/faixas-salariais-2026")
+    assert salary.title == "Faixas salariais 2026"
+    assert list(salary.groups.values_list("name", flat=True)) == ["rh-restrito"]
+    assert list(salary.chunks.values_list("text", "is_public")) == [(table, False)]
+    assert job.report["updated"] == 1  # the creche page, which Carla may read
+    assert "R$ 600" in Document.objects.get(external_id="pt/auxilio-creche").chunks.get().text
+    [refused] = job.report["errors"]
+    assert refused["document"] == "pt/faixas-salariais-2026"
+    assert "may not read" in refused["error"]
+
+    # A superuser reads everything: the same upload replaces the table.
+    with django_capture_on_commit_callbacks(execute=True):
+        staff_client.post(
+            reverse("admin:retrieval_document_add"),
+            {
+                "collection": collection.pk,
+                "uploads": [SimpleUploadedFile("faixas-salariais-2026.md", forged.encode())],
+                "folder": "pt",
+            },
+        )
+    assert Document.objects.get(external_id="pt/faixas-salariais-2026").title == "Tabela nova"

@@ -381,3 +381,83 @@ def test_a_pdf_page_of_too_much_text_is_refused_while_it_is_read(tmp_path: Path)
     bomb.write(path)
     with pytest.raises(ParseError, match="compressed file that expands"):
         parse_file_isolated(path, max_bytes=MB, limits=ParseLimits(seconds=120))
+
+
+def _text_pdf(path: Path, lines: int, *, pages: int = 1) -> None:
+    from tests.hostile_uploads import pdf
+
+    line = f"({PROSE[:90]}) Tj 0 -9 Td ".encode()
+    pdf(path, b"BT /F1 8 Tf 10 800 Td " + line * lines + b"ET", pages=pages)
+
+
+def test_a_pdf_page_over_the_text_budget_is_refused_from_the_start_of_its_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """text_bomb.pdf (issue 14): pypdf parsed all 5 MB of the page's operators, 2.5 s of CPU,
+    before the first character reached the budget's count; 100 KB of them were enough."""
+    from pypdf.generic import ContentStream
+
+    parsed: list[int] = []
+    parse = ContentStream._parse_content_stream
+
+    def counted(self: ContentStream, stream: Any) -> None:
+        try:
+            parse(self, stream)
+        finally:
+            parsed.append(len(self._operations))
+
+    monkeypatch.setattr(ContentStream, "_parse_content_stream", counted)
+    path = tmp_path / "bomb.pdf"
+    _text_pdf(path, 60_000)
+    with pytest.raises(ParseError, match="compressed file that expands"):
+        parse_file(path, max_bytes=MB)
+    # Each line is two operations (Tj, Td); the budget's 100,000 characters are about 1,100
+    # lines, out of the page's 120,002 operations.
+    assert parsed and max(parsed) < 20_000, parsed
+
+
+@pytest.mark.parametrize("per_char", [4, 0], ids=["read-once", "start-then-whole"])
+def test_a_pdf_within_the_budget_reads_the_same_text_as_pypdf(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_char: int
+) -> None:
+    """What the start-of-content check must not change: an ordinary PDF's text, page by
+    page, also when the start is parsed first and the page read again whole (0 bytes a
+    character: every page's start passes its cap and stays within the budget)."""
+    from pypdf import PdfReader
+
+    monkeypatch.setattr(parsers, "_PDF_STRING_BYTES_PER_CHAR", per_char)
+    path = tmp_path / "policy.pdf"
+    _text_pdf(path, 200, pages=3)
+    parsed = parse_file(path, max_bytes=MB)
+    expected = [p.extract_text().strip() for p in PdfReader(str(path)).pages]
+    assert [s.text for s in parsed.sections] == expected
+    assert len(parsed.text) > 50_000
+
+
+def test_a_long_documents_language_is_read_from_its_opening(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The language guess read the whole text in the worker, outside the parse child's
+    limits: 0.7-1.5 s for 250,000 characters, 7.9 s of CPU for 4 million (a text file under
+    the upload limit) before the passage limit refused it. It reads the opening
+    LANGUAGE_SAMPLE_CHARS now, and never splits a word there."""
+    from retrieval.ingestion import services
+    from retrieval.pipeline import text
+
+    spanish = "El empleado tiene derecho a vacaciones pagadas cada año según la ley. "
+    portuguese = PROSE + " "
+    path = tmp_path / "longo.txt"
+    path.write_text(spanish * 400 + portuguese * 2_000, encoding="utf-8")
+    read: list[str] = []
+    detect = text.detect_language
+
+    def detect_spy(s: str) -> Any:
+        read.append(s)
+        return detect(s)
+
+    monkeypatch.setattr(text, "detect_language", detect_spy)
+    source = services.source_from_file(path, root=tmp_path)
+    assert source.language == "es"  # the opening's, though most of the text is Portuguese
+    [sample] = read
+    assert len(sample) <= services.LANGUAGE_SAMPLE_CHARS
+    assert path.read_text(encoding="utf-8").startswith(sample + " ")
