@@ -94,11 +94,12 @@ evaluate: $(VENV)/.installed .env
 	    --rewrite none,last-turn,rules --json .var/eval-$$d.json || exit 1; done
 
 # The demo's judged turns, rewritten by the rules and by the local model (a 135M model: the
-# point is a real server, not a score). JSON in .var/eval-demo-local.json.
+# point is a real server, not a score). A rewrite still open after 256 tokens is a loop.
+# JSON in .var/eval-demo-local.json; CHATRAG_REWRITE_TIMEOUT (60 here) for a slow machine.
 evaluate-local: $(VENV)/.installed-local .env
 	$(PY) -m chatrag.devdb start
 	$(PY) manage.py migrate --noinput -v 0
-	$(PY) -m chatrag.localmodel --port 0 -- $(PY) manage.py evaluate --corpus demo/kb \
+	$(PY) -m chatrag.localmodel --port 0 --max-tokens 256 -- $(PY) manage.py evaluate --corpus demo/kb \
 	  --tasks demo/eval/tasks.jsonl --glossary demo/glossary.json --rewrite rules,llm \
 	  --json .var/eval-demo-local.json
 

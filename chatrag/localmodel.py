@@ -18,6 +18,10 @@ Decisions:
   busy cores more threads are far slower (llama.cpp's threads wait for one another: on two
   shared cores, 2 threads generated 2-8 tokens a second where 1 thread did 30).
 - `max_tokens` bounds every reply on the server side: the backend sends no `max_tokens`.
+- DRY sampling ("don't repeat yourself", llama.cpp's suggested 0.8) on the server side: with
+  greedy decoding alone the 135M model repeated a phrase inside a query until the token
+  limit on most demo turns, so the JSON never closed. DRY ends most such loops and leaves the
+  JSON's own repeats alone (quotes, colons and newlines break its sequences).
 - The model is slow next to a GPU server, so the model timeouts default to a minute here
   (a variable already set wins).
 - The `/metrics` and `/slots` endpoints are on: the tests read them to see that a stopped
@@ -117,6 +121,7 @@ def _params(
     params.n_parallel = 1
     params.cpuparams.n_threads = threads
     params.cpuparams_batch.n_threads = threads
+    params.sampling.dry_multiplier = 0.8
     params.endpoint_metrics = True
     params.endpoint_slots = True
     # llama.cpp's default logs every request's timings; 0 keeps its warnings and errors only.
