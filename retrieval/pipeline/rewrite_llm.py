@@ -31,10 +31,10 @@ from retrieval.pipeline.llm import (
     LLMTimeout,
 )
 from retrieval.pipeline.rewrite_parse import (
-    REWRITE_SCHEMA,
     RewriteParseError,
     fold,
     parse_rewrite_output,
+    rewrite_schema,
 )
 from retrieval.pipeline.text import defang_prompt_markup, normalize, tokenize
 from retrieval.pipeline.types import (
@@ -65,7 +65,9 @@ def _system_template() -> str:
 @functools.cache
 def prompt_digest() -> str:
     """A short hash of the rewrite prompt and its output schema: a change is a new policy."""
-    schema = json.dumps(REWRITE_SCHEMA, sort_keys=True)
+    # The bound on the queries is a setting, like {max_queries} in the prompt text (hashed
+    # unfilled): any fixed value stands for it.
+    schema = json.dumps(rewrite_schema(0), sort_keys=True)
     return hashlib.sha256((_system_template() + schema).encode("utf-8")).hexdigest()[:12]
 
 
@@ -188,7 +190,8 @@ async def rewrite_with_llm(
     messages = build_rewrite_messages(inp, hits)
     try:
         async with asyncio.timeout(timeout):
-            raw = await model.complete_json(messages, REWRITE_SCHEMA, timeout=timeout)
+            schema = rewrite_schema(inp.max_queries)
+            raw = await model.complete_json(messages, schema, timeout=timeout)
         parsed = parse_rewrite_output(
             raw, max_queries=inp.max_queries, max_query_chars=inp.max_query_chars
         )

@@ -60,6 +60,19 @@ REWRITE_SCHEMA: Final[dict[str, Any]] = {
     "additionalProperties": False,
 }
 
+
+def rewrite_schema(max_queries: int) -> dict[str, Any]:
+    """REWRITE_SCHEMA with at most `max_queries` queries: the schema sent to the model.
+
+    A small model held to an unbounded array may add queries until its token limit and never
+    close the JSON (SmolLM2-135M on llama.cpp did, on every rewrite); the bound lets the
+    constrained decoder close it. OpenAI's strict mode, llama.cpp, Ollama and vLLM accept
+    `maxItems`.
+    """
+    queries = {**REWRITE_SCHEMA["properties"]["queries"], "maxItems": max_queries}
+    return {**REWRITE_SCHEMA, "properties": {**REWRITE_SCHEMA["properties"], "queries": queries}}
+
+
 MAX_CLARIFICATION_OPTIONS: Final = 6
 # An area is a short label ("RH", "Financeiro"); anything longer is cut, like every other field,
 # so no model output, however long, goes on unbounded into traces, pages or searches.

@@ -23,7 +23,7 @@ from retrieval.pipeline.rewrite_llm import (
     build_rewrite_messages,
     rewrite_with_llm,
 )
-from retrieval.pipeline.rewrite_parse import REWRITE_SCHEMA
+from retrieval.pipeline.rewrite_parse import rewrite_schema
 from retrieval.pipeline.types import (
     GlossaryEntry,
     GlossaryHit,
@@ -177,7 +177,7 @@ async def test_rewrite_with_ollama_server(httpserver: HTTPServer) -> None:
     assert [(h.term, h.source) for h in result.glossary_hits] == [("PJ", "question")]
     (request, _) = httpserver.log[0]
     body = json.loads(request.get_data())
-    assert body["format"] == REWRITE_SCHEMA
+    assert body["format"] == rewrite_schema(INPUT.max_queries)
     assert body["options"] == {"temperature": 0}
     assert body["messages"][1]["content"] == EXPECTED_USER_MESSAGE
 
@@ -193,7 +193,7 @@ async def test_rewrite_with_openai_compatible_server(httpserver: HTTPServer) -> 
     assert (result.backend, result.model, result.error) == ("llm", "llama-3.2-3b", None)
     assert [q.text for q in result.queries] == [REWRITTEN]
     body = json.loads(httpserver.log[0][0].get_data())
-    assert body["response_format"]["json_schema"]["schema"] == REWRITE_SCHEMA
+    assert body["response_format"]["json_schema"]["schema"] == rewrite_schema(INPUT.max_queries)
     assert body["temperature"] == 0
 
 
@@ -211,7 +211,7 @@ async def test_glossary_terms_only_in_history_are_recorded_as_history_hits() -> 
         ("CLT", "history"),
     }
     assert "- VR: vale-refeição" in fake.calls[0].messages[1].content
-    assert fake.calls[0].schema == REWRITE_SCHEMA
+    assert fake.calls[0].schema == rewrite_schema(inp.max_queries)
     assert fake.calls[0].timeout == 5
 
 

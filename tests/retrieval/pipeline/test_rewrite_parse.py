@@ -14,6 +14,7 @@ from retrieval.pipeline.rewrite_parse import (
     ParsedRewrite,
     RewriteParseError,
     parse_rewrite_output,
+    rewrite_schema,
 )
 from retrieval.pipeline.types import Clarification, SearchQuery
 
@@ -46,6 +47,14 @@ def test_schema_is_strict_mode_compatible() -> None:
     assert item["properties"]["type"]["enum"] == list(LLM_QUERY_TYPES)
     assert "original" not in LLM_QUERY_TYPES
     json.dumps(REWRITE_SCHEMA)
+
+
+def test_the_schema_sent_bounds_the_queries_and_changes_nothing_else() -> None:
+    schema = rewrite_schema(2)
+    assert schema["properties"]["queries"]["maxItems"] == 2
+    assert "maxItems" not in REWRITE_SCHEMA["properties"]["queries"]
+    schema["properties"]["queries"].pop("maxItems")
+    assert schema == REWRITE_SCHEMA
 
 
 def test_parses_clean_json() -> None:

@@ -16,7 +16,7 @@ from retrieval.pipeline.fusion import Hit
 from retrieval.pipeline.llm import LLMHTTPError
 from retrieval.pipeline.retrieve import RetrievalOutcome, RetrievalSettings, RewriteMode, retrieve
 from retrieval.pipeline.rewrite_llm import PROMPT_PATH, llm_policy, prompt_digest
-from retrieval.pipeline.rewrite_parse import REWRITE_SCHEMA
+from retrieval.pipeline.rewrite_parse import rewrite_schema
 from retrieval.pipeline.rewrite_rules import POLICY_VERSION
 from retrieval.pipeline.search import Scope, SearchParams, SearchRequest
 from retrieval.pipeline.types import HistoryMessage, LexiconView
@@ -88,7 +88,7 @@ def test_a_failed_llm_rewrite_records_the_rules_policy_that_answered() -> None:
 
 
 def test_the_prompt_digest_covers_the_prompt_text_and_the_output_schema() -> None:
-    text = PROMPT_PATH.read_text(encoding="utf-8") + json.dumps(REWRITE_SCHEMA, sort_keys=True)
+    text = PROMPT_PATH.read_text(encoding="utf-8") + json.dumps(rewrite_schema(0), sort_keys=True)
     assert prompt_digest() == hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
