@@ -146,11 +146,13 @@ def fulltext_words(text: str, max_terms: int = 32) -> list[str]:
 _CONFIGS = (("portuguese", "pt"), ("spanish", "es"), ("english", "en"), ("simple", "si"))
 
 
-def _per_config(kind: str, alias: str) -> str:
+def _per_config(kind: str, alias: str, source: str = "q") -> str:
     return (
         f"CASE {alias}.fts_config "
-        + " ".join(f"WHEN '{config}' THEN q.{kind}_{short}" for config, short in _CONFIGS[:3])
-        + f" ELSE q.{kind}_si END"
+        + " ".join(
+            f"WHEN '{config}' THEN {source}.{kind}_{short}" for config, short in _CONFIGS[:3]
+        )
+        + f" ELSE {source}.{kind}_si END"
     )
 
 
@@ -174,9 +176,9 @@ def _matches_row(kind: str) -> str:
     )
 
 
-def _tsqueries(kind: str) -> str:
+def _tsqueries(kind: str, column: str | None = None) -> str:
     return ", ".join(
-        f"websearch_to_tsquery('{config}', unaccent({kind}_text)) AS {kind}_{short}"
+        f"websearch_to_tsquery('{config}', unaccent({column or kind + '_text'})) AS {kind}_{short}"
         for config, short in _CONFIGS
     )
 
@@ -188,7 +190,10 @@ def _tier(kind: str, gate: str, *, by_row: bool = False) -> str:
     `by_row` tests the collection's rows one by one instead of reading the GIN index.
     """
     return f"""
-    SELECT m.id, ts_rank_cd(m.search_vector, {_per_config("or", "m")}, 1) AS score
+    SELECT m.id,
+           ts_rank_cd(m.search_vector, {_per_config("or", "m")}, 1)
+           * (SELECT coalesce(sum(r.idf), 0) FROM rarity r
+              WHERE m.search_vector @@ {_per_config("one", "m", "r")}) AS score
     FROM (
         SELECT s.id, s.search_vector, s.fts_config
         FROM (
@@ -247,6 +252,20 @@ words AS MATERIALIZED (
 ),
 q AS MATERIALIZED (  -- computed once, not per row; lets the planner use the GIN index
     SELECT {_tsqueries("and")}, {_tsqueries("or")} FROM words
+),
+-- Each searched word's rarity in the collection (its idf) and its own query per configuration:
+-- a chunk's score is the rarity of the words it matches, so "préstamo" outweighs "empresa".
+-- A word the vocabulary lacks ("terminar", where the pages say "término") can still match by
+-- its stem: it counts as an average word, neither rare nor common.
+rarity AS MATERIALIZED (
+    SELECT coalesce(
+               ln((%(n_chunks)s + 1.0) / (df + 0.5)),
+               (SELECT avg(ln((%(n_chunks)s + 1.0) / (df + 0.5))) FROM terms),
+               1.0
+           ) AS idf,
+           {_tsqueries("one", "w")}
+    FROM terms
+    WHERE df IS NULL OR df <= %(max_df)s OR rarity <= %(min_terms)s
 ),
 tier1 AS MATERIALIZED ({_tier("and", "true")}),
 tier2 AS (
@@ -345,6 +364,8 @@ GROUP BY g.ids, w
 
 
 _UNBOUNDED = 2**31 - 1
+# The collection size assumed for the words' rarity when the caller does not know it.
+UNKNOWN_SIZE = 1000
 
 
 def text_bounds(params: SearchParams, chunk_count: int | None) -> dict[str, int]:
@@ -393,6 +414,7 @@ def hybrid_search(
         "kt": params.text_candidates,
         "rerank": max(params.text_rerank, params.text_candidates),
         **text_bounds(params, chunk_count),
+        "n_chunks": chunk_count or UNKNOWN_SIZE,
         "by_row_df": by_row_df(params, chunk_count, table_share),
         "wv": params.vector_weight,
         "wt": params.text_weight,
