@@ -4,7 +4,9 @@
   the user may not read never leaves the database.
 - The full-text leg ORs the query's words (websearch syntax, bound as a parameter) against
   the stored, GIN-indexed vectors in each chunk's own language configuration, so long
-  natural questions still match and chunks matching more words rank higher.
+  natural questions still match; a chunk ranks by ts_rank_cd times the summed rarity (idf in
+  the collection's vocabulary) of the words it matches, so one rare word outweighs several
+  common ones (Postgres's own ranking knows no rarity).
 - Several queries run at once on pooled connections (threads: psycopg releases the GIL
   while it waits on the server).
 """
@@ -150,11 +152,13 @@ _CONFIGS = (("portuguese", "pt"), ("spanish", "es"), ("english", "en"), ("simple
 _CONFIG_LANGUAGE = {"portuguese": "pt", "spanish": "es", "english": "en"}
 
 
-def _per_config(kind: str, alias: str) -> str:
+def _per_config(kind: str, alias: str, source: str = "q") -> str:
     return (
         f"CASE {alias}.fts_config "
-        + " ".join(f"WHEN '{config}' THEN q.{kind}_{short}" for config, short in _CONFIGS[:3])
-        + f" ELSE q.{kind}_si END"
+        + " ".join(
+            f"WHEN '{config}' THEN {source}.{kind}_{short}" for config, short in _CONFIGS[:3]
+        )
+        + f" ELSE {source}.{kind}_si END"
     )
 
 
@@ -178,9 +182,9 @@ def _matches_row(kind: str) -> str:
     )
 
 
-def _tsqueries(kind: str) -> str:
+def _tsqueries(kind: str, column: str | None = None) -> str:
     return ", ".join(
-        f"websearch_to_tsquery('{config}', unaccent({kind}_text)) AS {kind}_{short}"
+        f"websearch_to_tsquery('{config}', unaccent({column or kind + '_text'})) AS {kind}_{short}"
         for config, short in _CONFIGS
     )
 
@@ -192,7 +196,10 @@ def _tier(kind: str, gate: str, *, by_row: bool = False) -> str:
     `by_row` tests the collection's rows one by one instead of reading the GIN index.
     """
     return f"""
-    SELECT m.id, ts_rank_cd(m.search_vector, {_per_config("or", "m")}, 1) AS score
+    SELECT m.id,
+           ts_rank_cd(m.search_vector, {_per_config("or", "m")}, 1)
+           * (SELECT coalesce(sum(r.idf), 0) FROM rarity r
+              WHERE m.search_vector @@ {_per_config("one", "m", "r")}) AS score
     FROM (
         SELECT s.id, s.search_vector, s.fts_config
         FROM (
@@ -218,8 +225,9 @@ def _tier(kind: str, gate: str, *, by_row: bool = False) -> str:
 # - Tier 1 requires the `and_terms` rarest known words together: a small, precise set. Only
 #   when it finds fewer than `kt` chunks does tier 2 add chunks matching ANY kept word (the OR
 #   that long natural questions need). Each tier fetches at most `scan` rows before ranking.
-# - Both tiers rank with ts_rank_cd against the OR of all kept words, so a chunk with more of
-#   the question's words ranks higher.
+# - Both tiers rank with ts_rank_cd against the OR of all kept words times the rarity of the
+#   words the chunk matches (see `rarity`), so a chunk with more of the question's rare words
+#   ranks higher.
 # - Tier 2 reads the GIN index unless its words are common (their chunks in the collection,
 #   summed, at least `by_row_df`): a GIN posting list spans every collection, so in a small
 #   collection sharing the table with large ones, the words matching most of its chunks read
@@ -251,6 +259,20 @@ words AS MATERIALIZED (
 ),
 q AS MATERIALIZED (  -- computed once, not per row; lets the planner use the GIN index
     SELECT {_tsqueries("and")}, {_tsqueries("or")} FROM words
+),
+-- Each searched word's rarity in the collection (its idf) and its own query per configuration:
+-- a chunk's score is the rarity of the words it matches, so "préstamo" outweighs "empresa".
+-- A word the vocabulary lacks ("terminar", where the pages say "término") can still match by
+-- its stem: it counts as an average word, neither rare nor common.
+rarity AS MATERIALIZED (
+    SELECT coalesce(
+               ln((%(n_chunks)s + 1.0) / (df + 0.5)),
+               (SELECT avg(ln((%(n_chunks)s + 1.0) / (df + 0.5))) FROM terms),
+               1.0
+           ) AS idf,
+           {_tsqueries("one", "w")}
+    FROM terms
+    WHERE df IS NULL OR df <= %(max_df)s OR rarity <= %(min_terms)s
 ),
 tier1 AS MATERIALIZED ({_tier("and", "true")}),
 tier2 AS (
@@ -349,6 +371,8 @@ GROUP BY g.ids, w
 
 
 _UNBOUNDED = 2**31 - 1
+# The collection size assumed for the words' rarity when the caller does not know it.
+UNKNOWN_SIZE = 1000
 
 
 def text_bounds(params: SearchParams, chunk_count: int | None) -> dict[str, int]:
@@ -397,6 +421,7 @@ def hybrid_search(
         "kt": params.text_candidates,
         "rerank": max(params.text_rerank, params.text_candidates),
         **text_bounds(params, chunk_count),
+        "n_chunks": chunk_count or UNKNOWN_SIZE,
         "by_row_df": by_row_df(params, chunk_count, table_share),
         "wv": params.vector_weight,
         "wt": params.text_weight,

@@ -147,3 +147,33 @@ def test_queries_of_a_turn_run_concurrently(
     assert peak == 3 and len(connections) == 3
     assert [r[0].external_id for r in results] != [] and len(results) == 3
     print(f"three searches with a 0.2 s server-side wait each took {elapsed:.2f}s")
+
+
+def test_the_text_leg_weighs_a_rare_word_above_common_ones(personas: dict[str, Any]) -> None:
+    # Postgres ranks matches with no notion of rarity: pages full of the question's common
+    # words ("colaborador", "empresa", "dias") outranked the one page holding its rare words.
+    # Each matched word now counts by its idf in the collection's vocabulary.
+    from retrieval.ingestion.chunking import Section
+    from retrieval.ingestion.services import SourceDocument, documents_ingest
+    from retrieval.services import default_collection
+
+    common = (
+        "O colaborador da empresa tem dias de folga. O colaborador da empresa conta os dias "
+        "no portal. A empresa avisa o colaborador dos dias com antecedência."
+    )
+    docs = [
+        SourceDocument(f"pt/rotina-{i}", f"Rotina {i}", (Section("", common),), language="pt")
+        for i in range(5)
+    ] + [
+        SourceDocument(
+            "pt/nota-de-debito",
+            "Prestadores",
+            (Section("", "A nota de débito do prestador segue para o financeiro."),),
+            language="pt",
+        )
+    ]
+    collection = default_collection()
+    documents_ingest(collection=collection, sources=docs, embedder=get_embedder(), total=6)
+    scope = scope_for_user(user=personas["ana"], collection=collection)
+    question = "o colaborador da empresa tem quantos dias para a nota de débito?"
+    assert _search(question, scope, SearchParams(legs="text"))[0] == "pt/nota-de-debito"
