@@ -24,6 +24,7 @@ follow-up gains and drops the old topic after a switch.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -230,6 +231,13 @@ def _stems(words: Sequence[str], shortest: int = 3) -> frozenset[str]:
     return frozenset(w[:_STEM] for w in words if len(w) >= shortest)
 
 
+# A title that names its page as the general rule of its subject.
+_GENERAL_TITLE = re.compile(
+    r"\b(?:regras? gera(?:l|is)|reglas? generales?|regimen general|visao geral|"
+    r"general rules?|overview)\b"
+)
+
+
 def ambiguous_documents(
     question_terms: Sequence[str],
     titles: Sequence[tuple[str, Sequence[str]]],
@@ -247,6 +255,11 @@ def ambiguous_documents(
     North Carolina?": the climate page) names the reading.
     """
     if not question_terms or len(titles) < 2:
+        return []
+    if _GENERAL_TITLE.search(normalize(titles[0][0])):
+        # The best page says it is the general rule ("Férias – regras gerais para
+        # empregados"): a short question that names no sibling's case is about it, not about
+        # "Férias coletivas de fim de ano".
         return []
     asked = _stems(question_terms)
     matched = [asked & _stems(words) for _, words in titles[:CLARIFY_DEPTH]]

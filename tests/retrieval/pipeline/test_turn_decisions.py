@@ -441,3 +441,16 @@ def test_a_follow_up_carries_the_topic_not_what_earlier_turns_did_with_it() -> N
     )
     searched = set().union(*(words(q.text) for q in result.queries))
     assert "ferias" in searched and "dividir" not in searched
+
+
+def test_a_best_page_titled_as_the_general_rule_answers_a_short_question() -> None:
+    # "quantos dias de férias eu tenho?": the general page answers; the collective-vacation
+    # sibling opening with the same word is no reading to offer.
+    titles = [
+        ("Férias – regras gerais para empregados", ["ferias", "regras", "gerais", "empregados"]),
+        ("Férias coletivas de fim de ano", ["ferias", "coletivas", "fim", "ano"]),
+        ("Fracionamento de férias em até três períodos", ["fracionamento", "ferias"]),
+    ]
+    assert ambiguous_documents(["dias", "ferias"], titles) == []
+    # The same siblings with no general page first still split.
+    assert ambiguous_documents(["dias", "ferias"], titles[1:] + titles[:1]) != []
