@@ -495,8 +495,9 @@ def _question_terms(
     return terms
 
 
-# "por ano", "al mes", "per day", "a cada semana": a rate, not a topic.
-_RATE_WORDS = frozenset({"por", "al", "per", "a", "cada", "every", "each"})
+# "por ano", "al mes", "per day", "a cada semana": a rate, not a topic. Not "a" alone: in
+# Portuguese it is the article ("a hora extra").
+_RATE_WORDS = frozenset({"por", "al", "per", "cada", "every", "each"})
 _PERIODS = frozenset(
     normalize(
         "ano anos mes meses dia dias semana semanas hora horas año años día días "

@@ -568,3 +568,11 @@ def test_the_opening_line_names_no_rate_period_as_the_subject() -> None:
     assert answer_kind("quanto sai por mês pra mim?") == "amount"
     assert answer_kind("¿cuánto sale el seguro por mes?") == "amount"
     assert "sai" not in opening_line("quanto sai por mês pra mim?", "pt", "amount", title)
+
+
+def test_an_article_before_a_period_word_is_no_rate() -> None:
+    # "a hora extra" names the topic; "por hora" would be a rate.
+    question = "como funciona a hora extra no feriado?"
+    assert opening_line(question, "pt", answer_kind(question), "Horas extras") == (
+        "Sobre hora extra no feriado:"
+    )
