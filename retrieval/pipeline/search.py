@@ -149,7 +149,7 @@ _CONFIGS = (("portuguese", "pt"), ("spanish", "es"), ("english", "en"), ("simple
 
 
 # The language code of a chunk's text-search configuration ("simple": not known).
-_CONFIG_LANGUAGE = {"portuguese": "pt", "spanish": "es", "english": "en"}
+_CONFIG_LANGUAGE = dict(_CONFIGS[:3])
 
 
 def _per_config(kind: str, alias: str, source: str = "q") -> str:
