@@ -28,6 +28,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from .asks import CUE_WORDS
 from .fusion import Hit, MergedHit
 from .text import content_terms, normalize
 from .types import SearchQuery
@@ -283,12 +284,15 @@ def ambiguous_documents(
     ]
     if texts is not None:
         # A Portuguese or Spanish infinitive ("quero entrar no plano") says what to do, not
-        # which page: only nouns and names beyond the titles pick a reading.
+        # which page, and a word that asks for a kind of answer ("qual o prazo pra pedir o
+        # reembolso?") says what to find on it: only nouns and names beyond the titles
+        # pick a reading.
         # Judged on the whole word: a stem ("cancel" of "cancelar") hides the ending.
         nouns = [
             w
             for w in question_terms
             if not (language in ("pt", "es") and len(w) > 4 and w.endswith(_INFINITIVE))
+            and normalize(w) not in CUE_WORDS
         ]
         beyond = _stems(nouns) - matched[0]
         own = [beyond & _stems(words) for words in texts[:CLARIFY_DEPTH]]

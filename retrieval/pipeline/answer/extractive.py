@@ -26,10 +26,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Literal
 
 import snowballstemmer
 
+from ..asks import COUNTING_WORDS, CUE_WORDS, AnswerKind, answer_kind
 from ..rewrite_rules.cues import after_switch_announcement
 from ..text import (
     Token,
@@ -42,204 +42,12 @@ from ..text import (
 from ..types import RewriteResult
 from .grounded import Passage, label
 
-AnswerKind = Literal["duration", "amount", "condition", "steps"]
-
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=[A-ZÀ-ÖØ-Þ0-9¿¡\"“(])")
 _STEP = re.compile(r"^\s*(\d{1,2})[.)]\s+(.*)$")
 _ITEM = re.compile(r"^\s*[-*•]\s+(.*)$")
 _ROW = re.compile(r"^\s*\|(.*)\|\s*$")
 _RULE_ROW = re.compile(r"^[\s|:-]+$")
 _EMPHASIS = re.compile(r"(\*\*|__)(.+?)\1")
-
-# What the question asks for, from its wording (normalised, accents stripped), tried in
-# this order: "quanto tempo" is a duration before "quanto" is an amount.
-_CUE_PHRASES: tuple[tuple[AnswerKind, tuple[str, ...]], ...] = (
-    (
-        "duration",
-        (
-            "quanto tempo",
-            "qnto tempo",
-            "qto tempo",
-            "prazo",
-            "prazos",
-            "quando",
-            "qnd",
-            "qdo",
-            "ate quando",
-            "que dia",
-            "data",
-            "cuanto tiempo",
-            "plazo",
-            "cuando",
-            "hasta cuando",
-            "que fecha",
-            "fecha",
-            "how long",
-            "when",
-            "deadline",
-            "by when",
-            "what date",
-            "vencimento",
-            "vence",
-            # a count of days, weeks or months is a duration, not an amount of money
-            "quantos dias",
-            "qntos dias",
-            "quantas semanas",
-            "quantos meses",
-            "quantas horas",
-            "cuantos dias",
-            "cuantas semanas",
-            "cuantos meses",
-            "cuantas horas",
-            "how many days",
-            "how many weeks",
-            "how many months",
-            "how many hours",
-            # how often is a period too, not an amount
-            "quantas vezes",
-            "qntas vezes",
-            "cuantas veces",
-            "how often",
-            "how many times",
-        ),
-    ),
-    (
-        "amount",
-        (
-            "quanto",
-            "qnto",
-            "qto",
-            "quanta",
-            "quantos",
-            "quantas",
-            "valor",
-            "valores",
-            "teto",
-            "limite",
-            "custa",
-            "custo",
-            "quanto sai",
-            "cuanto sale",
-            "percentual",
-            "desconto",
-            "cuanto",
-            "cuanta",
-            "cuantos",
-            "cuantas",
-            "monto",
-            "importe",
-            "tope",
-            "cuesta",
-            "how much",
-            "how many",
-            "amount",
-            "limit",
-            "cost",
-            "rate",
-            "percent",
-            "fee",
-            "price",
-        ),
-    ),
-    ("duration", ("demora", "tarda")),
-    (
-        "steps",
-        (
-            "como",
-            "onde",
-            "donde",
-            "how do",
-            "how can",
-            "how to",
-            "where",
-            "peco",
-            "solicito",
-            "pedir",
-            "solicitar",
-            "request",
-            "apply",
-            "registrar",
-            "tramite",
-            "indico",
-            "cobro",
-            "mandar",
-            "enviar",
-        ),
-    ),
-    (
-        "condition",
-        (
-            "posso",
-            "pode",
-            "podem",
-            "tenho direito",
-            "tem direito",
-            "direito",
-            "vale para",
-            "vale pra",
-            "recebe",
-            "recebo",
-            "ganho",
-            "ganha",
-            "perco",
-            "perde",
-            "mantem",
-            "manter",
-            "continua",
-            "precisa",
-            "da pra",
-            "da para",
-            "tem como",
-            "consigo",
-            "puedo",
-            "se puede",
-            "es posible",
-            "puede",
-            "tengo derecho",
-            "derecho",
-            "corresponde",
-            "pierdo",
-            "mantiene",
-            "can i",
-            "am i",
-            "do i",
-            "is it",
-            "entitled",
-            "eligible",
-            "allowed",
-            "keep",
-            "lose",
-            "need",
-        ),
-    ),
-)
-# "como" asks how only where a clause starts ("como peço", "e como incluo"); inside one it
-# compares ("conta como extra", "tanto como").
-_CLAUSE_ONLY = frozenset({"como"})
-_CLAUSE_START = r"(?:^|[,;:!?.]\s*|\b(?:e|y|mas|pero|and|sabe|sabes|sabem)\s+)"
-_KIND_CUES: tuple[tuple[AnswerKind, re.Pattern[str]], ...] = tuple(
-    (
-        kind,
-        re.compile(
-            "|".join(
-                [
-                    r"\b(?:"
-                    + "|".join(re.escape(p) for p in phrases if p not in _CLAUSE_ONLY)
-                    + r")\b"
-                ]
-                + [_CLAUSE_START + re.escape(p) + r"\b" for p in phrases if p in _CLAUSE_ONLY]
-            )
-        ),
-    )
-    for kind, phrases in _CUE_PHRASES
-)
-# The units in "quantos dias" name what is counted, a topic word ("banco de horas").
-_UNITS = frozenset({"dias", "semanas", "meses", "horas", "days", "weeks", "months", "hours"})
-# "quantas vezes" asks how often: "vezes" names no topic (see _topic_tokens).
-_COUNTING = frozenset({"vezes", "veces", "times"})
-_CUE_WORDS = frozenset(
-    w for _, phrases in _CUE_PHRASES for p in phrases for w in p.split() if w not in _UNITS
-)
 
 _MONTHS = (
     "janeiro|fevereiro|marco|abril|maio|junho|julho|agosto|setembro|outubro|novembro|"
@@ -339,24 +147,6 @@ class _Line:
     lead: int = -1  # a list item: the order of the line ending in ":" that introduces it
 
 
-# "How does it work" asks for the rule itself, not for the steps of a request.
-_GENERAL = re.compile(
-    r"\b(?:como funciona|como e que funciona|como fica|como va|como es|how does|how do(?:es)? "
-    r"\w+ work|what are the rules)\b"
-)
-
-
-def answer_kind(question: str) -> AnswerKind | None:
-    """What the question asks for, from its wording; None when it does not say."""
-    text = " ".join(normalize(question).replace("?", " ").split())
-    for kind, cue in _KIND_CUES:
-        if kind == "steps" and _GENERAL.search(text):
-            return None
-        if cue.search(text):
-            return kind
-    return None
-
-
 _STEMMERS = {"pt": "portuguese", "es": "spanish", "en": "english"}
 
 
@@ -378,7 +168,7 @@ def _stem(word: str, language: str) -> str:
 
 @lru_cache(maxsize=4)
 def _cue_stems(language: str) -> frozenset[str]:
-    return frozenset(_stem(w, language) for w in _CUE_WORDS)
+    return frozenset(_stem(w, language) for w in CUE_WORDS)
 
 
 def _stems(text: str, language: str) -> frozenset[str]:
@@ -479,7 +269,9 @@ def _question_terms(
     """Stems to look for, with their weight: the question's own count most."""
     terms: dict[str, float] = {}
     stop = stopwords_for(language)
-    for token in _topic_tokens(question):
+    # An opening "mudando de assunto," names no topic: its words would make any line that
+    # says "assunto" answer.
+    for token in _topic_tokens(after_switch_announcement(question)):
         if is_content_word(token.norm, stop):
             terms[_stem(token.text, language)] = 1.0
     extra = list(queries)
@@ -487,11 +279,10 @@ def _question_terms(
         extra += [h.expansion for h in rewrite.glossary_hits]
         extra += list(rewrite.corrections.values())
     for text in extra:
-        for token in _topic_tokens(text):
+        for token in _topic_tokens(after_switch_announcement(text)):
             if token.norm in stop or len(token.norm) < 2:
                 continue
-            stem = _stem(token.text, language)
-            terms.setdefault(stem, QUERY_WEIGHT)
+            terms.setdefault(_stem(token.text, language), QUERY_WEIGHT)
     return terms
 
 
@@ -513,7 +304,9 @@ def _topic_tokens(text: str) -> list[Token]:
     lines)."""
     tokens = token_spans(text)
     return [
-        t for i, t in enumerate(tokens) if t.norm not in _COUNTING and not _rate_period(tokens, i)
+        t
+        for i, t in enumerate(tokens)
+        if t.norm not in COUNTING_WORDS and not _rate_period(tokens, i)
     ]
 
 
@@ -585,7 +378,7 @@ def _subject(question: str, language: str, kind: AnswerKind | None) -> str:
         i
         for i, t in enumerate(tokens)
         if t.norm not in stop
-        and t.norm not in _CUE_WORDS
+        and t.norm not in CUE_WORDS
         and len(t.norm) > 1
         and not _rate_period(tokens, i)  # the "ano" of "quantas vezes por ano?"
     ]

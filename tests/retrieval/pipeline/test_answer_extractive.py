@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from retrieval.pipeline.answer import Passage, clean_citations, extractive_answer
-from retrieval.pipeline.answer.extractive import answer_kind, opening_line
+from retrieval.pipeline.answer.extractive import opening_line
+from retrieval.pipeline.asks import answer_kind
 from retrieval.pipeline.rewrite_rules.cues import after_switch_announcement
 from retrieval.pipeline.types import RewriteResult, SearchQuery
 
@@ -181,6 +182,8 @@ def test_how_does_it_work_asks_for_the_rule_not_for_steps() -> None:
     assert answer_kind("¿cómo funciona el teletrabajo?") is None
     assert answer_kind("how does the bonus work?") is None
     assert answer_kind("como peço o auxílio-creche?") == "steps"
+    # How it was is the old rule, not steps either.
+    assert answer_kind("como era a participação nos lucros na política antiga?") is None
 
 
 def test_is_it_possible_asks_for_the_condition() -> None:
@@ -576,3 +579,19 @@ def test_an_article_before_a_period_word_is_no_rate() -> None:
     assert opening_line(question, "pt", answer_kind(question), "Horas extras") == (
         "Sobre hora extra no feriado:"
     )
+
+
+def test_an_announced_change_of_subject_names_no_topic_of_the_answer() -> None:
+    """'mudando de assunto, ...': lines that say 'assunto' or 'mudança' do not answer."""
+    hours = Passage(
+        1,
+        "Banco de horas",
+        "",
+        "Mudanças de assunto na escala devem ser combinadas com o gestor. "
+        "As horas do banco devem ser compensadas em até seis meses.",
+        document="banco",
+    )
+    text = _answer("mudando de assunto, como funciona o banco de horas?", hours)
+    first = text.split("\n\n", 1)[1].splitlines()[0]
+    assert "em até seis meses" in first
+    assert "Mudanças de assunto" not in first

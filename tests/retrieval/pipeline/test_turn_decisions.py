@@ -388,6 +388,23 @@ def test_a_word_only_the_best_passage_has_names_the_reading_unless_it_is_a_verb(
     assert len(ambiguous_documents(["cancelar", "plano"], plans, cancel, "pt")) == 2
 
 
+def test_a_word_that_asks_for_a_kind_of_answer_names_no_reading() -> None:
+    """'qual o prazo pra pedir o reembolso?': both refund pages state a deadline; 'prazo'
+    only in the best passage's words does not make it the page meant."""
+    titles = [
+        ("Viagens — prestação de contas e reembolso", ["viagens", "contas", "reembolso"]),
+        ("Reembolso de quilometragem", ["reembolso", "quilometragem"]),
+    ]
+    texts = [["prazo", "dias", "reembolso"], ["quilometro", "valor", "reembolso"]]
+    assert ambiguous_documents(["prazo", "pedir", "reembolso"], titles, texts, "pt") == [
+        "Viagens — prestação de contas e reembolso",
+        "Reembolso de quilometragem",
+    ]
+    # A noun beyond the titles still names the reading.
+    hotel = [["hotel", "dias", "reembolso"], ["quilometro", "valor", "reembolso"]]
+    assert ambiguous_documents(["hotel", "reembolso"], titles, hotel, "pt") == []
+
+
 def test_a_turn_too_short_to_tell_its_language_is_read_in_the_collections() -> None:
     from retrieval.pipeline.rewrite_rules.core import turn_language
 

@@ -1,0 +1,223 @@
+"""What a question asks for, from its wording (pure): a duration, an amount, a condition or
+the steps of a request.
+
+The answer lifts the lines that state it; the words that ask it ("prazo", "quanto",
+"posso") name no topic, so the readings of a short question are not told apart by them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from .text import normalize
+
+AnswerKind = Literal["duration", "amount", "condition", "steps"]
+
+# What the question asks for, from its wording (normalised, accents stripped), tried in
+# this order: "quanto tempo" is a duration before "quanto" is an amount.
+_CUE_PHRASES: tuple[tuple[AnswerKind, tuple[str, ...]], ...] = (
+    (
+        "duration",
+        (
+            "quanto tempo",
+            "qnto tempo",
+            "qto tempo",
+            "prazo",
+            "prazos",
+            "quando",
+            "qnd",
+            "qdo",
+            "ate quando",
+            "que dia",
+            "data",
+            "cuanto tiempo",
+            "plazo",
+            "cuando",
+            "hasta cuando",
+            "que fecha",
+            "fecha",
+            "how long",
+            "when",
+            "deadline",
+            "by when",
+            "what date",
+            "vencimento",
+            "vence",
+            # a count of days, weeks or months is a duration, not an amount of money
+            "quantos dias",
+            "qntos dias",
+            "quantas semanas",
+            "quantos meses",
+            "quantas horas",
+            "cuantos dias",
+            "cuantas semanas",
+            "cuantos meses",
+            "cuantas horas",
+            "how many days",
+            "how many weeks",
+            "how many months",
+            "how many hours",
+            # how often is a period too, not an amount
+            "quantas vezes",
+            "qntas vezes",
+            "cuantas veces",
+            "how often",
+            "how many times",
+        ),
+    ),
+    (
+        "amount",
+        (
+            "quanto",
+            "qnto",
+            "qto",
+            "quanta",
+            "quantos",
+            "quantas",
+            "valor",
+            "valores",
+            "teto",
+            "limite",
+            "custa",
+            "custo",
+            "quanto sai",
+            "cuanto sale",
+            "percentual",
+            "desconto",
+            "cuanto",
+            "cuanta",
+            "cuantos",
+            "cuantas",
+            "monto",
+            "importe",
+            "tope",
+            "cuesta",
+            "how much",
+            "how many",
+            "amount",
+            "limit",
+            "cost",
+            "rate",
+            "percent",
+            "fee",
+            "price",
+        ),
+    ),
+    ("duration", ("demora", "tarda")),
+    (
+        "steps",
+        (
+            "como",
+            "onde",
+            "donde",
+            "how do",
+            "how can",
+            "how to",
+            "where",
+            "peco",
+            "solicito",
+            "pedir",
+            "solicitar",
+            "request",
+            "apply",
+            "registrar",
+            "tramite",
+            "indico",
+            "cobro",
+            "mandar",
+            "enviar",
+        ),
+    ),
+    (
+        "condition",
+        (
+            "posso",
+            "pode",
+            "podem",
+            "tenho direito",
+            "tem direito",
+            "direito",
+            "vale para",
+            "vale pra",
+            "recebe",
+            "recebo",
+            "ganho",
+            "ganha",
+            "perco",
+            "perde",
+            "mantem",
+            "manter",
+            "continua",
+            "precisa",
+            "da pra",
+            "da para",
+            "tem como",
+            "consigo",
+            "puedo",
+            "se puede",
+            "es posible",
+            "puede",
+            "tengo derecho",
+            "derecho",
+            "corresponde",
+            "pierdo",
+            "mantiene",
+            "can i",
+            "am i",
+            "do i",
+            "is it",
+            "entitled",
+            "eligible",
+            "allowed",
+            "keep",
+            "lose",
+            "need",
+        ),
+    ),
+)
+# "como" asks how only where a clause starts ("como peço", "e como incluo"); inside one it
+# compares ("conta como extra", "tanto como").
+_CLAUSE_ONLY = frozenset({"como"})
+_CLAUSE_START = r"(?:^|[,;:!?.]\s*|\b(?:e|y|mas|pero|and|sabe|sabes|sabem)\s+)"
+_KIND_CUES: tuple[tuple[AnswerKind, re.Pattern[str]], ...] = tuple(
+    (
+        kind,
+        re.compile(
+            "|".join(
+                [
+                    r"\b(?:"
+                    + "|".join(re.escape(p) for p in phrases if p not in _CLAUSE_ONLY)
+                    + r")\b"
+                ]
+                + [_CLAUSE_START + re.escape(p) + r"\b" for p in phrases if p in _CLAUSE_ONLY]
+            )
+        ),
+    )
+    for kind, phrases in _CUE_PHRASES
+)
+# The units in "quantos dias" name what is counted, a topic word ("banco de horas").
+_UNITS = frozenset({"dias", "semanas", "meses", "horas", "days", "weeks", "months", "hours"})
+# "quantas vezes" asks how often: "vezes" names no topic (see _topic_tokens).
+COUNTING_WORDS = frozenset({"vezes", "veces", "times"})
+CUE_WORDS = frozenset(
+    w for _, phrases in _CUE_PHRASES for p in phrases for w in p.split() if w not in _UNITS
+)
+
+
+# "How does it work" asks for the rule itself, not for the steps of a request.
+_GENERAL = re.compile(
+    r"\b(?:como funciona|como e que funciona|como fica|como era|como eram|como funcionava|"
+    r"como va|como es|how does|how do(?:es)? \w+ work|what are the rules)\b"
+)
+
+
+def answer_kind(question: str) -> AnswerKind | None:
+    """What the question asks for, from its wording; None when it does not say."""
+    text = " ".join(normalize(question).replace("?", " ").split())
+    for kind, cue in _KIND_CUES:
+        if kind == "steps" and _GENERAL.search(text):
+            return None
+        if cue.search(text):
+            return kind
+    return None
