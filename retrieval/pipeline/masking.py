@@ -50,6 +50,7 @@ Kind = Literal[
     "CPF",
     "CNPJ",
     "RG",
+    "CI",
     "DNI",
     "IBAN",
     "CARD",
@@ -69,6 +70,7 @@ KINDS: Final[tuple[Kind, ...]] = (
     "CARD",
     "DNI",
     "RG",
+    "CI",
     "EMPLOYEE_ID",
     "MONEY",
     "PHONE",
@@ -412,6 +414,29 @@ def _detect_rgs(text: str) -> Iterator[_Hit]:
         yield _Hit(m.start("value"), m.end("value"), "RG", value)
 
 
+# Uruguayan cédula de identidad: seven digits and a check digit. Masked after its label
+# ("CI 4.381.226-7", "cédula 50271132"), or without one in its own written form, which no
+# amount or date takes ("1.234.567-8"). The check digit is not required: a mistyped
+# cédula is still someone's.
+_CI_RE: Final = re.compile(
+    r"(?<![\w])(?:CI|C\.I\.|(?i:c[ée]dula)(?:[ \t]+(?i:de[ \t]+identidad))?)"
+    r"(?:[ \t]*(?i:n[º°o]\.?|n[úu]mero|nro\.?))?[ \t]*[:#]?[ \t]*"
+    r"(?P<value>[0-9]\.?[0-9]{3}\.?[0-9]{3}-?[0-9])"
+    + _NUM_END
+    + r"|"
+    + _NUM_START
+    + r"(?P<written>[0-9]\.[0-9]{3}\.[0-9]{3}-[0-9])"
+    + _NUM_END
+)
+
+
+def _detect_cis(text: str) -> Iterator[_Hit]:
+    for m in _CI_RE.finditer(text):
+        group = "value" if m.group("value") else "written"
+        value = re.sub(r"[.-]", "", m.group(group))
+        yield _Hit(m.start(group), m.end(group), "CI", value)
+
+
 _PHONE_RE: Final = re.compile(
     r"""
     (?<![\w+(])(?<![0-9][.,/-])
@@ -473,7 +498,7 @@ _AMOUNT: Final[str] = (
 )
 _CURRENCY_CODES: Final[str] = r"(?:BRL|EUR|USD|GBP|MXN|CLP|ARS|COP|PEN|UYU)(?![A-Za-z])"
 _MONEY_RE: Final = re.compile(
-    r"(?<![\w$])(?P<pre>R\$|US\$|U\$|\$|€|£|" + _CURRENCY_CODES + r")"
+    r"(?<![\w$])(?P<pre>R\$|US\$|U\$|\$U|\$|€|£|" + _CURRENCY_CODES + r")"
     r"[ \u00a0]?(?P<amount>" + _AMOUNT + r")"
     # The second look-behind stops a run like "1 000 000 ..." from being
     # rescanned from every group (quadratic).
@@ -485,7 +510,7 @@ _MONEY_RE: Final = re.compile(
 _CURRENCY_CANON: Final[dict[str, str]] = {
     "r$": "BRL", "reais": "BRL", "real": "BRL", "brl": "BRL",
     "€": "EUR", "euro": "EUR", "euros": "EUR", "eur": "EUR",
-    "us$": "USD", "u$": "USD", "usd": "USD", "dolar": "USD", "dólar": "USD",
+    "$u": "UYU", "us$": "USD", "u$": "USD", "usd": "USD", "dolar": "USD", "dólar": "USD",
     "dolares": "USD", "dólares": "USD", "dollar": "USD", "dollars": "USD",
     "£": "GBP", "gbp": "GBP", "libra": "GBP", "libras": "GBP",
     "peso": "PESO", "pesos": "PESO",
@@ -624,6 +649,7 @@ def _build_detectors(config: MaskingConfig) -> tuple[_Detector, ...]:
         _detect_cards,
         _detect_dnis,
         _detect_rgs,
+        _detect_cis,
         _detect_phones,
     ]
     if config.employee_id_pattern is not None:

@@ -1007,3 +1007,38 @@ def test_stream_holds_back_only_what_may_become_a_placeholder(
     text: str, ready: str, held: str
 ) -> None:
     assert split_unfinished_placeholder(text) == (ready, held)
+
+
+# --------------------------------------------------------------------------
+# Uruguayan cédula (CI) and the Uruguayan peso
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("mis datos: CI 4.381.226-7.", "mis datos: CI [CI_1]."),
+        ("C.I. 43812267", "C.I. [CI_1]"),
+        ("cédula de identidad nº 5.027.113-2", "cédula de identidad nº [CI_1]"),
+        ("mi cédula es 5.027.113-2", "mi cédula es [CI_1]"),  # its written form alone
+        ("Cedula: 1.234.567-8", "Cedula: [CI_1]"),
+    ],
+)
+def test_uruguayan_cedula_is_masked_after_its_label_or_in_its_written_form(
+    text: str, expected: str
+) -> None:
+    assert mask_one(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["el artículo 12345678", "código 1234567-8", "número 12.345.678-9", "ciudad 1.234"]
+)
+def test_numbers_that_are_no_cedula_are_left(text: str) -> None:
+    assert mask_one(text) == text
+
+
+def test_an_amount_in_uruguayan_pesos_is_money() -> None:
+    masker = Masker(MaskingConfig())
+    masked = masker.mask("si gano $U 62.000 por mes")
+    assert masked == "si gano [MONEY_1] por mes"
+    assert masker.unmask(masked) == "si gano $U 62.000 por mes"
