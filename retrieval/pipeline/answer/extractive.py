@@ -30,6 +30,7 @@ from functools import lru_cache
 import snowballstemmer
 
 from ..asks import COUNTING_WORDS, CUE_WORDS, AnswerKind, answer_kind
+from ..masking import PLACEHOLDER_PATTERN
 from ..rewrite_rules.cues import after_switch_announcement
 from ..text import (
     Token,
@@ -371,7 +372,7 @@ def _score(
 def _subject(question: str, language: str, kind: AnswerKind | None) -> str:
     """The person's own words, trimmed of cue words and small words at both ends (and of
     an opening "mudando de assunto,")."""
-    question = after_switch_announcement(question)
+    question = _without_personal_data(after_switch_announcement(question))
     tokens = token_spans(question)
     stop = stopwords_for(language)
     keep = [
@@ -387,6 +388,29 @@ def _subject(question: str, language: str, kind: AnswerKind | None) -> str:
     first, last = tokens[keep[0]], tokens[keep[-1]]
     span = question[first.start : last.end].strip()
     return span[:80]
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_CLAUSE = re.compile(r"[^,;]+[,;]*")
+_PLACEHOLDER_TOKEN = re.compile(PLACEHOLDER_PATTERN)
+
+
+def _without_personal_data(question: str) -> str:
+    """The question without what holds personal data ("soy [NAME_1], CI [CI_1]. ¿cuánto
+    me toca de aguinaldo?"): the opening line repeats the person's question, not their
+    name, number or salary. The sentence that asks is kept, less its clauses that hold a
+    placeholder; when none is left, it is cut at its first placeholder ("si gano
+    [MONEY_1]" -> "si gano")."""
+    if not _PLACEHOLDER_TOKEN.search(question):
+        return question
+    sentences = [s for s in _SENTENCE_END.split(question) if s.strip()]
+    asked = next((s for s in reversed(sentences) if "?" in s), sentences[-1])
+    clauses = [m.group() for m in _CLAUSE.finditer(asked)]
+    kept = "".join(c for c in clauses if not _PLACEHOLDER_TOKEN.search(c)).strip()
+    if any(len(t.norm) > 2 for t in token_spans(kept)):
+        return kept
+    found = _PLACEHOLDER_TOKEN.search(asked)
+    return asked[: found.start()] if found else asked
 
 
 def opening_line(

@@ -595,3 +595,21 @@ def test_an_announced_change_of_subject_names_no_topic_of_the_answer() -> None:
     first = text.split("\n\n", 1)[1].splitlines()[0]
     assert "em até seis meses" in first
     assert "Mudanças de assunto" not in first
+
+
+def test_the_opening_line_repeats_the_question_not_the_persons_data() -> None:
+    """The answer's first line replied with the person's name, cédula and salary."""
+    opening = opening_line(
+        "hola, soy [NAME_1], CI [CI_1]. ¿cuánto me toca de aguinaldo si gano [MONEY_1] por mes?",
+        "es",
+        "amount",
+        "Sueldo anual complementario — Uruguay",
+    )
+    assert "[" not in opening and "aguinaldo" in opening
+    salary = opening_line(
+        "meu salário é [MONEY_1], qual o máximo de coparticipação que podem descontar?",
+        "pt",
+        "amount",
+        "Assistência médica",
+    )
+    assert salary == "Sobre o valor — máximo de coparticipação que podem descontar:"
