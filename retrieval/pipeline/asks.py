@@ -205,10 +205,13 @@ CUE_WORDS = frozenset(
 )
 
 
-# "How does it work" asks for the rule itself, not for the steps of a request.
+# "How does it work" and "what happens if" ask for the rule itself, not for the steps of
+# a request ("o que acontece se eu pedir demissão?" names "pedir", a request word).
 _GENERAL = re.compile(
     r"\b(?:como funciona|como e que funciona|como fica|como era|como eram|como funcionava|"
-    r"como va|como es|how does|how do(?:es)? \w+ work|what are the rules)\b"
+    r"como va|como es|how does|how do(?:es)? \w+ work|what are the rules|"
+    # what happens if: the rule for a case, not the steps of a request
+    r"o que acontece|que acontece|que pasa|que sucede|what happens)\b"
 )
 
 

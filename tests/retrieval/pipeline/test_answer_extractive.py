@@ -184,6 +184,9 @@ def test_how_does_it_work_asks_for_the_rule_not_for_steps() -> None:
     assert answer_kind("como peço o auxílio-creche?") == "steps"
     # How it was is the old rule, not steps either.
     assert answer_kind("como era a participação nos lucros na política antiga?") is None
+    # And what happens if: "pedir" there is part of the case, not a request to make.
+    assert answer_kind("o que acontece se eu pedir demissão nas férias?") is None
+    assert answer_kind("¿qué pasa si pido la baja?") is None
 
 
 def test_is_it_possible_asks_for_the_condition() -> None:
