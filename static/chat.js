@@ -202,11 +202,73 @@
     return parts;
   }
 
+  // The answer as paragraphs and lists, read as the server reads it (answer_blocks in
+  // conversations/views/present.py): "- item", "  - nested item", "3. step"; a blank line
+  // ends a paragraph or a list.
+  function answerBlocks(text) {
+    const blocks = [];
+    let lines = [];
+    let open = false;
+    const paragraphEnd = () => {
+      if (lines.length) blocks.push({ kind: "p", text: lines.join("\n") });
+      lines = [];
+    };
+    const item = (kind, body, start) => {
+      paragraphEnd();
+      const last = blocks[blocks.length - 1];
+      if (!(open && last.kind === kind)) blocks.push({ kind, start, items: [] });
+      blocks[blocks.length - 1].items.push({ text: body, children: [] });
+      open = true;
+    };
+    for (const line of text.split("\n")) {
+      const nested = /^ {2,}[-*•] (.*)$/.exec(line);
+      const last = blocks[blocks.length - 1];
+      if (nested && open && last.items.length) {
+        last.items[last.items.length - 1].children.push(nested[1]);
+        continue;
+      }
+      const bullet = nested || /^[-*•] (.*)$/.exec(line);
+      const numbered = /^(\d{1,3})[.)] (.*)$/.exec(line);
+      if (bullet) item("ul", bullet[1], 1);
+      else if (numbered) item("ol", numbered[2], Number(numbered[1]));
+      else if (!line.trim()) {
+        paragraphEnd();
+        open = false;
+      } else {
+        open = false;
+        lines.push(line);
+      }
+    }
+    paragraphEnd();
+    return blocks;
+  }
+
   function renderAnswer(turn, text) {
     const box = slot(turn, "answer");
     box.dataset.raw = text;
     const sourceCount = slot(turn, "source-list").children.length;
-    box.replaceChildren(...inline(text, sourceCount, answerId(turn)));
+    const id = answerId(turn);
+    const filled = (tag, body) => {
+      const node = el(tag, "");
+      node.append(...inline(body, sourceCount, id));
+      return node;
+    };
+    const nodes = answerBlocks(text).map((block) => {
+      if (block.kind === "p") return filled("p", block.text);
+      const list = el(block.kind, "");
+      if (block.kind === "ol") list.setAttribute("start", String(block.start));
+      for (const item of block.items) {
+        const li = filled("li", item.text);
+        if (item.children.length) {
+          const sub = el("ul", "");
+          for (const child of item.children) sub.append(filled("li", child));
+          li.append(sub);
+        }
+        list.append(li);
+      }
+      return list;
+    });
+    box.replaceChildren(...nodes);
     box.hidden = !text;
   }
 

@@ -67,13 +67,31 @@ class Segment:
 
 
 @dataclass
+class ListItem:
+    """One item of a list in an answer, with the items nested under it."""
+
+    segments: list[Segment]
+    children: list[list[Segment]] = field(default_factory=list)
+
+
+@dataclass
+class Block:
+    """A paragraph ("p"), a bulleted list ("ul") or a numbered one ("ol") of an answer."""
+
+    kind: str
+    segments: list[Segment] = field(default_factory=list)
+    items: list[ListItem] = field(default_factory=list)
+    start: int = 1
+
+
+@dataclass
 class TurnView:
     """One user message and the answer to it, ready for `conversations/_turn.html`."""
 
     user: Message | None
     answer: Message | None = None
     trace: dict[str, Any] | None = None
-    segments: list[Segment] = field(default_factory=list)
+    blocks: list[Block] = field(default_factory=list)
     sources: list[dict[str, Any]] = field(default_factory=list)
     feedback: int = 0
 
@@ -107,6 +125,53 @@ def text_segments(text: str, *, source_count: int = 0) -> list[Segment]:
     if position < len(text):
         segments.append(Segment(text[position:]))
     return segments
+
+
+# An answer's lists, as the extractive answer and models write them: "- item" (or "*", "•"),
+# "  - item" under the one before, "3. step" (or "3)"). chat.js reads them the same way.
+_BULLET = re.compile(r"^[-*•] (.*)$")
+_NESTED = re.compile(r"^ {2,}[-*•] (.*)$")
+_NUMBERED = re.compile(r"^(\d{1,3})[.)] (.*)$")
+
+
+def answer_blocks(text: str, *, source_count: int = 0) -> list[Block]:
+    """An answer as paragraphs and lists, each holding its `text_segments`; a blank line
+    ends a paragraph or a list."""
+    blocks: list[Block] = []
+    lines: list[str] = []  # the paragraph being read
+    open_list = False  # whether the next item continues blocks[-1]
+
+    def paragraph_end() -> None:
+        if lines:
+            blocks.append(Block("p", text_segments("\n".join(lines), source_count=source_count)))
+            lines.clear()
+
+    def item(kind: str, body: str, start: int = 1) -> None:
+        nonlocal open_list
+        paragraph_end()
+        if not (open_list and blocks[-1].kind == kind):
+            blocks.append(Block(kind, start=start))
+        blocks[-1].items.append(ListItem(text_segments(body, source_count=source_count)))
+        open_list = True
+
+    for line in text.split("\n"):
+        nested = _NESTED.match(line)
+        if nested and open_list and blocks[-1].items:
+            blocks[-1].items[-1].children.append(
+                text_segments(nested.group(1), source_count=source_count)
+            )
+        elif bullet := (nested or _BULLET.match(line)):
+            item("ul", bullet.group(1))
+        elif numbered := _NUMBERED.match(line):
+            item("ol", numbered.group(2), int(numbered.group(1)))
+        elif not line.strip():
+            paragraph_end()
+            open_list = False
+        else:
+            open_list = False
+            lines.append(line)
+    paragraph_end()
+    return blocks
 
 
 def safe_path(value: object) -> str:
@@ -195,7 +260,7 @@ def build_turns(messages_in_order: list[Message], feedback: dict[int, int]) -> l
             owner = TurnView(user=None)
             turns.append(owner)
         owner.answer = message
-        owner.segments = text_segments(message.text, source_count=len(message.sources))
+        owner.blocks = answer_blocks(message.text, source_count=len(message.sources))
         owner.sources = source_cards(message.sources)
         owner.feedback = feedback.get(message.id, 0)
     return turns

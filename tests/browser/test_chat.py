@@ -100,6 +100,9 @@ def test_vr_home_shows_trace_sources_and_an_extractive_answer(page: Page, live_u
     answer = turn.locator('[data-slot="answer"]')
     expect(answer).to_contain_text("Sobre")
     expect(answer).not_to_contain_text("Resposta extrativa")
+    # The answer's lines are a real list: bullets, not "- " typed at each line's start.
+    expect(answer.locator("ul > li").first).to_be_visible()
+    assert not any(line.startswith("- ") for line in answer.inner_text().splitlines())
     badge.scroll_into_view_if_needed()
     shot(page, "02-extractive-answer")
     citation = answer.locator("a.cite").first
@@ -229,9 +232,12 @@ def test_reload_while_answering_keeps_the_answer(page: Page, live_url: str) -> N
     expect(turn).to_have_attribute("data-state", "complete")
     shown = turn.locator('[data-slot="answer"]').inner_text()
     assert shown.strip()
-    # What the page shows is what was stored.
+    # What the page shows is what was stored: the server draws the same paragraphs and lists
+    # as the page's script did while it streamed.
     page.reload()
-    expect(page.locator('#messages > .turn [data-slot="answer"]')).to_have_text(shown)
+    stored = page.locator('#messages > .turn [data-slot="answer"]')
+    expect(page.locator("#messages > .turn").first).to_have_attribute("data-state", "complete")
+    assert stored.inner_text() == shown
 
 
 def test_reload_mid_stream_resumes_and_stop_stops(page: Page, slow_url: str) -> None:

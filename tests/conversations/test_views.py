@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from conversations.models import Conversation, Feedback, Message, TurnTrace
 from conversations.services import conversation_create, message_store_user
-from conversations.views.present import highlight_segments, text_segments
+from conversations.views.present import answer_blocks, highlight_segments, text_segments
 from retrieval.models import Document
 
 pytestmark = pytest.mark.django_db
@@ -479,3 +479,35 @@ def test_highlight_segments_marks_expansions_ignoring_case() -> None:
         (" no trabalho remoto", False),
     ]
     assert [s.text for s in highlight_segments("a+b (c)", ["(c)"]) if s.mark] == ["(c)"]
+
+
+def test_answer_blocks_read_paragraphs_bullets_nested_items_and_numbered_steps() -> None:
+    text = (
+        "Sobre o prazo:\n\n- Lance a despesa **em até 30 dias** [1]\n"
+        "- Os documentos aceitos são:\n  - nota fiscal [2]\n  - recibo\n\n"
+        "3. Envie o pedido.\n4. Aguarde a aprovação. [9]\nDepois, confira o extrato."
+    )
+    blocks = answer_blocks(text, source_count=2)
+
+    def plain(segments: list) -> str:
+        return "".join(s.text for s in segments)
+
+    assert [b.kind for b in blocks] == ["p", "ul", "ol", "p"]
+    assert plain(blocks[0].segments) == "Sobre o prazo:"
+    bullets = blocks[1].items
+    assert [plain(i.segments) for i in bullets] == [
+        "Lance a despesa em até 30 dias [1]",
+        "Os documentos aceitos são:",
+    ]
+    assert [s.cite for s in bullets[0].segments if s.cite] == [1]
+    assert [plain(c) for c in bullets[1].children] == ["nota fiscal [2]", "recibo"]
+    # A numbered procedure keeps its own numbers; a citation of no source stays text.
+    assert blocks[2].start == 3
+    assert [plain(i.segments) for i in blocks[2].items] == [
+        "Envie o pedido.",
+        "Aguarde a aprovação. [9]",
+    ]
+    assert plain(blocks[3].segments) == "Depois, confira o extrato."
+    # Text with no list is one paragraph, its line breaks kept.
+    assert [(b.kind, plain(b.segments)) for b in answer_blocks("a\nb")] == [("p", "a\nb")]
+    assert answer_blocks("") == []
