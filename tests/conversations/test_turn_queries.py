@@ -21,6 +21,7 @@ from channels.db import database_sync_to_async
 from conversations import turns
 from conversations.models import Message, TurnTrace
 from conversations.services import conversation_create, message_store_user
+from retrieval.services import collection_language
 from tests.support import statements_counted
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
@@ -28,9 +29,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 WAIT_S = 20  # a hang guard, never a performance assertion
 QUESTION = "quantos dias de férias eu tenho por ano?"
 # The turn's context, read in one database call (`turns.turn_context`): the message and its
-# owner, the collection, the history window, the glossary, the owner's groups, the
-# collection's language.
-CONTEXT_READS = 6
+# owner, the collection, the history window, the glossary, the owner's groups; and the
+# collection's language, counted once a minute per process (the first turn of a collection).
+CONTEXT_READS = 5
+LANGUAGE_COUNT = 1
 
 
 @pytest.fixture(autouse=True)
@@ -82,7 +84,7 @@ async def test_an_answered_turn_reads_its_context_once_and_commits_twice(
     ], seen.listing()
     assert seen.commits == 2, seen.listing()
     # The reads, the five writes, and the savepoint that keeps the timings from failing it.
-    assert len(seen.sql) == CONTEXT_READS + 5 + 2, seen.listing()
+    assert len(seen.sql) == LANGUAGE_COUNT + CONTEXT_READS + 5 + 2, seen.listing()
     # What was written once is whole: nothing read back to merge the timings into it.
     trace = await _trace(message)
     assert {"embed", "search", "to_sources_frame", "to_done"} <= set(trace.timings_ms)
@@ -101,5 +103,15 @@ async def test_a_reply_without_an_answer_step_is_one_write_call(
         frames = await _run(thanks)
     assert [f["type"] for f in frames] == ["rewrite", "done"]
     assert len(seen.writes) == 3 and seen.commits == 1, seen.listing()
-    assert len(seen.sql) == CONTEXT_READS + 3, seen.listing()
+    assert len(seen.sql) == CONTEXT_READS + 3, seen.listing()  # its language known
     assert "to_done" in (await _trace(thanks)).timings_ms
+
+
+async def test_the_collections_language_is_counted_once_a_minute(small_kb: Any) -> None:
+    """An aggregate over every document of the collection: not once per turn."""
+    language = database_sync_to_async(collection_language)
+    with statements_counted() as first:
+        assert await language(collection=small_kb) == "pt"
+    with statements_counted() as again:
+        assert await language(collection=small_kb) == "pt"
+    assert len(first.sql) == 1 and again.sql == []
