@@ -226,13 +226,12 @@ def _with_timings(
 
 @in_db_thread
 def _store_failure(
-    message: Message, streaming: Message | None, text: str, trace: dict[str, Any]
+    message: Message, streaming: Message | None, text: str, failure: str, trace: dict[str, Any]
 ) -> None:
     """Record a failed turn in one transaction: answer, trace and question change together."""
     with transaction.atomic():
         if streaming is not None:
-            error = trace["errors"][-1]
-            answer_write(answer=streaming, text=text, status=Message.Status.ERROR, error=error)
+            answer_write(answer=streaming, text=text, status=Message.Status.ERROR, error=failure)
         trace_write(message=message, fields=trace)
         Message.objects.filter(pk=message.pk).update(status=Message.Status.ERROR)
 
@@ -358,7 +357,7 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
             failure = f"turn failed: {exc.__class__.__name__}: {exc}"[:500]
             # What the search found is kept with the failure, if the turn got that far.
             failed = _with_timings(trace or trace_fields(None, []), timings, [failure])
-            await _record_failure(ctx.message, streaming, live.text, failed)
+            await _record_failure(ctx.message, streaming, live.text, failure, failed)
     finally:
         LIVE.pop(message_id, None)
 
@@ -369,15 +368,15 @@ RECORD_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
 
 
 async def _record_failure(
-    message: Message, streaming: Message | None, text: str, trace: dict[str, Any]
+    message: Message, streaming: Message | None, text: str, failure: str, trace: dict[str, Any]
 ) -> None:
     """Mark the turn failed, never leaving an answer "streaming"; wait out a database restart.
 
-    `trace`: the trace's fields, its last error the failure."""
+    `trace`: the trace's fields, the failure among its errors."""
     for delay in (0.0, *RECORD_RETRY_DELAYS_S):
         await asyncio.sleep(delay)
         try:
-            await _store_failure(message, streaming, text, trace)
+            await _store_failure(message, streaming, text, failure, trace)
             return
         except (OperationalError, InterfaceError) as exc:  # unreachable: maybe restarting
             logger.warning("turn %s: database unreachable (%s); retrying", message.id, exc)
