@@ -139,10 +139,13 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
+    # redis-py 8 gives every connection a 5 s socket timeout, as long as the layer's blocking
+    # receive (BZPOPMIN, channels_redis' brpop_timeout of 5 s): the two raced, and a socket
+    # that heard nothing for 5 s died of a TimeoutError. The read must outlast that wait.
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}]},
         }
     }
 else:

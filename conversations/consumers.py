@@ -47,7 +47,7 @@ from conversations.frames import (
     parse_frame,
 )
 from conversations.models import Conversation, Message
-from conversations.selectors import conversation_get
+from conversations.selectors import SessionSeen, conversation_get, session_unchanged
 from conversations.services import conversation_create, message_store_user
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 rate_limited = live.rate_limited
+_session_unchanged = turns.in_db_thread(session_unchanged)
 # How long a stop sent to another process may take to be confirmed before the user is told.
 STOP_ACK_S = 3.0
 
@@ -147,6 +148,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
     groups_joined: set[str]
     socket_closed = False
     session_ended = False
+    session_seen: SessionSeen | None = None  # what the last full session check accepted
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -207,15 +209,27 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.close(code=4401)
 
     async def _session_still_valid(self) -> bool:
-        """The session still exists and still belongs to this active user."""
+        """The session still exists and still belongs to this active user.
+
+        Read as it is now, at every frame that does work: a signal can arrive after the next
+        frame, or never (a queryset update, a raw delete). Cheap when nothing changed since
+        the last full check: one query on the turns' threads, not the process's one sync
+        thread (`selectors.session_unchanged`)."""
         session = self.scope.get("session")
         key = getattr(session, "session_key", None)
         if not key:
             return False
+        seen = self.session_seen
+        if seen is not None and await _session_unchanged(
+            session_key=key, user_id=self.user.pk, seen=seen
+        ):
+            return True
         # A fresh store: the scope's one caches what it read when the socket opened.
         store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=key)
         user = await get_user({"session": store})
-        return bool(user.is_authenticated and user.pk == self.user.pk)
+        valid = bool(user.is_authenticated and user.pk == self.user.pk)
+        self.session_seen = SessionSeen(dict(store.items()), user.password) if valid else None
+        return valid
 
     # --- handlers ---------------------------------------------------------------------------
 

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
-from django.db.models import Q, QuerySet
+from django.db.models import Q, QuerySet, Subquery
 from django.http import Http404
+from django.utils import timezone
 
 from conversations.models import Conversation, Feedback, Message
 from retrieval.access import documents_readable
@@ -75,3 +82,34 @@ def feedback_values(*, user: User, message_ids: list[int]) -> dict[int, int]:
             "message_id", "value"
         )
     )
+
+
+@dataclass(frozen=True)
+class SessionSeen:
+    """What a full check of a chat socket's session accepted: the session's data, decoded,
+    and its user's password hash (the session's auth hash is made from it)."""
+
+    data: dict[str, Any]
+    password: str
+
+
+def session_unchanged(*, session_key: str, user_id: int, seen: SessionSeen) -> bool:
+    """The session is still unexpired with the data `seen`, and its user still active with the
+    same password: what the full check read (`channels.auth.get_user`: session, backend, user,
+    `is_active`, auth hash) is unchanged, so it would accept it again. One query, where the full
+    check makes two; False sends the caller to the full check, never closes a socket by itself.
+    """
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    if not hasattr(store, "get_model_class"):  # sessions not in the database: no shortcut
+        return False
+    password = get_user_model().objects.filter(pk=user_id, is_active=True).values("password")
+    row = (
+        store.get_model_class()
+        .objects.filter(session_key=session_key, expire_date__gt=timezone.now())
+        .annotate(password=Subquery(password[:1]))
+        .values_list("session_data", "password")
+        .first()
+    )
+    if row is None or row[1] is None or row[1] != seen.password:
+        return False
+    return bool(store().decode(row[0]) == seen.data)

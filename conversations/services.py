@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 # The message rules are pure and live with the frame parsing; re-exported for callers here.
 from conversations.frames import InvalidMessage as InvalidMessage
 from conversations.frames import clean_user_text as clean_user_text
-from conversations.models import Conversation, Feedback, Message
+from conversations.models import Conversation, Feedback, Message, TurnTrace
+
+logger = logging.getLogger(__name__)
 
 
 def title_from_text(text: str, limit: int = 60) -> str:
@@ -49,6 +54,96 @@ def message_store_user(*, conversation: Conversation, text: str) -> Message:
     conversation.updated_at = timezone.now()
     conversation.save(update_fields=["title", "updated_at"])
     return message
+
+
+# --- a turn's writes: as few statements as keep it consistent ------------------------------
+
+
+def trace_write(*, message: Message, fields: dict[str, Any]) -> None:
+    """Write the turn's trace (`conversations.trace.trace_fields`), whether it has one yet or
+    not: one INSERT ... ON CONFLICT, where update_or_create read, then wrote in a savepoint."""
+    TurnTrace.objects.bulk_create(
+        [TurnTrace(message=message, **fields)],
+        update_conflicts=True,
+        unique_fields=["message"],
+        update_fields=list(fields),
+    )
+
+
+@transaction.atomic
+def answer_start(
+    *,
+    question: Message,
+    trace: dict[str, Any],
+    status: str,
+    text: str = "",
+    sources: list[dict[str, Any]] | None = None,
+) -> Message:
+    """Store the turn's trace and its answer, and mark the question answered: together or
+    not at all (an answer row without its question marked would stay "streaming")."""
+    trace_write(message=question, fields=trace)
+    answer = Message.objects.create(
+        conversation_id=question.conversation_id,
+        role=Message.Role.ASSISTANT,
+        text=text,
+        status=status,
+        reply_to=question,
+        sources=sources or [],
+    )
+    Message.objects.filter(pk=question.pk).update(status=Message.Status.COMPLETE)
+    return answer
+
+
+def answer_write(
+    *,
+    answer: Message,
+    text: str,
+    status: str | None = None,
+    error: str = "",
+    extractive: bool | None = None,
+) -> None:
+    """Save the answer's text so far (and, at its end, its status): one UPDATE."""
+    answer.text = text
+    fields = ["text", "updated_at"]
+    if status is not None:
+        answer.status = status
+        fields.append("status")
+    if error:
+        answer.error = error
+        fields.append("error")
+    if extractive is not None:
+        answer.extractive = extractive
+        fields.append("extractive")
+    answer.save(update_fields=fields)
+
+
+@transaction.atomic
+def answer_finish(
+    *,
+    question: Message,
+    answer: Message,
+    text: str,
+    status: str,
+    error: str,
+    extractive: bool,
+    timings_ms: dict[str, float],
+    errors: Sequence[str],
+) -> None:
+    """Store the finished answer, and the turn's timings and errors in its trace.
+
+    One transaction: each commit waits for the disk (about 3.5 ms here, a round trip 0.1 ms),
+    so the two writes share one. The trace's timings and errors are replaced, not read and
+    merged: the turn knows what it wrote. They are diagnostics: failing to store them (in a
+    savepoint) never fails the answer.
+    """
+    answer_write(answer=answer, text=text, status=status, error=error, extractive=extractive)
+    try:
+        with transaction.atomic():
+            TurnTrace.objects.filter(message=question).update(
+                timings_ms=timings_ms, errors=list(errors)
+            )
+    except DatabaseError:
+        logger.exception("turn %s: could not store its timings", question.id)
 
 
 def feedback_set(*, message: Message, user: User, value: int, reason: str = "") -> Feedback:

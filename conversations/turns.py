@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -23,8 +23,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from conversations.live import LIVE, REGISTRY, LiveTurn
-from conversations.models import Message, TurnTrace
+from conversations.models import Message
 from conversations.selectors import history_before
+from conversations.services import answer_finish, answer_start, answer_write, trace_write
 from conversations.trace import (
     TraceQuery,
     TraceRewrite,
@@ -202,79 +203,36 @@ def _rewrite_frame(
     return {"type": "rewrite", "message_id": message_id, **block}
 
 
-def _write_trace(message: Message, outcome: RetrievalOutcome | None, errors: list[str]) -> None:
-    TurnTrace.objects.update_or_create(message=message, defaults=trace_fields(outcome, errors))
+# The turn's writes, each one database call and one transaction (`conversations.services`):
+# the trace and the answer together once the search is done, the answer and the turn's
+# timings at its end; in between, the text so far every SAVE_EVERY_S while a model writes.
+_answer_start = in_db_thread(answer_start)
+_answer_write = in_db_thread(answer_write)
 
 
-_save_trace = in_db_thread(_write_trace)
+_answer_finish = in_db_thread(answer_finish)
 
 
-@in_db_thread
-def _update_trace_timings(message: Message, timings: dict[str, float], errors: list[str]) -> None:
-    trace = TurnTrace.objects.filter(message=message).first()
-    if trace is not None:
-        trace.timings_ms = {**trace.timings_ms, **timings}
-        trace.errors = list(dict.fromkeys([*trace.errors, *errors]))
-        trace.save(update_fields=["timings_ms", "errors"])
-
-
-async def _store_timings(message: Message, timings: dict[str, float], errors: list[str]) -> None:
-    """Add the frame timings to the trace; they are diagnostics, never worth failing a turn."""
-    try:
-        await _update_trace_timings(message, timings, errors)
-    except Exception:
-        logger.exception("turn %s: could not store its timings", message.id)
+def _with_timings(
+    trace: dict[str, Any], timings: dict[str, float], errors: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The trace's fields with the frame timings and these errors added."""
+    return {
+        **trace,
+        "timings_ms": {**trace.get("timings_ms", {}), **timings},
+        "errors": list(dict.fromkeys([*trace["errors"], *errors])),
+    }
 
 
 @in_db_thread
-def _create_answer(
-    message: Message, status: str, text: str = "", sources: list[dict[str, Any]] | None = None
-) -> Message:
-    answer = Message.objects.create(
-        conversation_id=message.conversation_id,
-        role=Message.Role.ASSISTANT,
-        text=text,
-        status=status,
-        reply_to=message,
-        sources=sources or [],
-    )
-    Message.objects.filter(pk=message.pk).update(status=Message.Status.COMPLETE)
-    return answer
-
-
-def _write_answer(
-    answer: Message,
-    *,
-    text: str,
-    status: str | None = None,
-    error: str = "",
-    extractive: bool | None = None,
+def _store_failure(
+    message: Message, streaming: Message | None, text: str, failure: str, trace: dict[str, Any]
 ) -> None:
-    answer.text = text
-    fields = ["text", "updated_at"]
-    if status is not None:
-        answer.status = status
-        fields.append("status")
-    if error:
-        answer.error = error
-        fields.append("error")
-    if extractive is not None:
-        answer.extractive = extractive
-        fields.append("extractive")
-    answer.updated_at = timezone.now()
-    answer.save(update_fields=fields)
-
-
-_save_answer = in_db_thread(_write_answer)
-
-
-@in_db_thread
-def _store_failure(message: Message, streaming: Message | None, text: str, failure: str) -> None:
     """Record a failed turn in one transaction: answer, trace and question change together."""
     with transaction.atomic():
         if streaming is not None:
-            _write_answer(streaming, text=text, status=Message.Status.ERROR, error=failure)
-        _write_trace(message, None, [failure])
+            answer_write(answer=streaming, text=text, status=Message.Status.ERROR, error=failure)
+        trace_write(message=message, fields=trace)
         Message.objects.filter(pk=message.pk).update(status=Message.Status.ERROR)
 
 
@@ -288,6 +246,7 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
     live = LIVE.setdefault(message_id, LiveTurn(user_message_id=message_id))
     timings: dict[str, float] = {}
     ctx: TurnContext | None = None
+    trace: dict[str, Any] | None = None  # the trace's fields, once the search is done
     streaming: Message | None = None  # the answer row while it is being written
     emit = _never_raising(emit, message_id)
     try:
@@ -301,15 +260,17 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
             timings["to_rewrite_frame"] = since()
 
         outcome = await turn_retrieve(ctx, language=language, on_rewrite=announce)
-        await _save_trace(ctx.message, outcome, outcome.errors)
+        trace = found = trace_fields(outcome, outcome.errors)
 
         rewrite = outcome.rewrite
 
         async def reply(status: str, text: str, frame: str, /, **fields: Any) -> None:
-            """Store a reply that needs no answer step, then send it as a `frame`."""
-            answer = await _create_answer(ctx.message, status, text)
+            """Store a reply that needs no answer step with the trace, then send it."""
+            # `to_done`: up to the one write that stores the whole turn.
             timings["to_done"] = since()
-            await _store_timings(ctx.message, timings, [])
+            answer = await _answer_start(
+                question=ctx.message, trace=_with_timings(found, timings), status=status, text=text
+            )
             await emit({"type": frame, "message_id": answer.id, "reply_to": message_id, **fields})
 
         if rewrite.no_search and rewrite.small_talk:
@@ -339,7 +300,9 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
             return
 
         cards = _source_cards(outcome.passages)
-        answer = streaming = await _create_answer(ctx.message, Message.Status.STREAMING, "", cards)
+        answer = streaming = await _answer_start(
+            question=ctx.message, trace=found, status=Message.Status.STREAMING, sources=cards
+        )
         live.assistant_message_id = answer.id
         await emit(
             {"type": "sources", "message_id": answer.id, "reply_to": message_id, "sources": cards}
@@ -349,11 +312,21 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
         result = await _answer(ctx, outcome, language, answer, live, emit, timings, since)
         final, error, extractive = result.text, result.error, result.kind == "extractive"
         status = Message.Status.STOPPED if result.stopped else Message.Status.COMPLETE
-        await _save_answer(answer, text=final, status=status, error=error, extractive=extractive)
-        streaming = None
+        # `to_done`: up to the last write, which stores it with the answer. Stored before
+        # `done` goes out: whoever reacts to it finds the whole turn saved.
         timings["to_done"] = since()
-        # Stored before `done` goes out: whoever reacts to it finds the whole turn saved.
-        await _store_timings(ctx.message, timings, [error] if error else [])
+        finished = _with_timings(found, timings, [error] if error else [])
+        await _answer_finish(
+            question=ctx.message,
+            answer=answer,
+            text=final,
+            status=status,
+            error=error,
+            extractive=extractive,
+            timings_ms=finished["timings_ms"],
+            errors=finished["errors"],
+        )
+        streaming = None
         await emit(
             {
                 "type": "done",
@@ -382,7 +355,9 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
         )
         if ctx is not None:
             failure = f"turn failed: {exc.__class__.__name__}: {exc}"[:500]
-            await _record_failure(ctx.message, streaming, live.text, failure)
+            # What the search found is kept with the failure, if the turn got that far.
+            failed = _with_timings(trace or trace_fields(None, []), timings, [failure])
+            await _record_failure(ctx.message, streaming, live.text, failure, failed)
     finally:
         LIVE.pop(message_id, None)
 
@@ -393,13 +368,15 @@ RECORD_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
 
 
 async def _record_failure(
-    message: Message, streaming: Message | None, text: str, failure: str
+    message: Message, streaming: Message | None, text: str, failure: str, trace: dict[str, Any]
 ) -> None:
-    """Mark the turn failed, never leaving an answer "streaming"; wait out a database restart."""
+    """Mark the turn failed, never leaving an answer "streaming"; wait out a database restart.
+
+    `trace`: the trace's fields, the failure among its errors."""
     for delay in (0.0, *RECORD_RETRY_DELAYS_S):
         await asyncio.sleep(delay)
         try:
-            await _store_failure(message, streaming, text, failure)
+            await _store_failure(message, streaming, text, failure, trace)
             return
         except (OperationalError, InterfaceError) as exc:  # unreachable: maybe restarting
             logger.warning("turn %s: database unreachable (%s); retrying", message.id, exc)
@@ -431,7 +408,7 @@ async def _answer(
         await emit({"type": "delta", "message_id": answer.id, "offset": offset, "delta": piece})
         offset += len(piece)
         if time.perf_counter() - last_save > SAVE_EVERY_S:
-            await _save_answer(answer, text=live.text)
+            await _answer_write(answer=answer, text=live.text)
             last_save = time.perf_counter()
 
     return await answer_turn(

@@ -54,6 +54,76 @@ def manage(env: dict[str, str], *args: str, timeout: float = 600) -> str:
     return done.stdout
 
 
+# --- counting a turn's statements ---------------------------------------------------------------
+
+
+@dataclass
+class Statements:
+    """What Django sent to the database: every statement, and the commits (autocommit
+    writes and transactions): each commit waits for the disk, a statement only for a round
+    trip."""
+
+    sql: list[str]
+    commits: int = 0
+
+    @property
+    def writes(self) -> list[str]:
+        return [s for s in self.sql if s.split(" ", 1)[0] in {"INSERT", "UPDATE", "DELETE"}]
+
+    def listing(self) -> str:
+        return "\n".join(s[:120] for s in self.sql)
+
+
+@contextmanager
+def statements_counted() -> Iterator[Statements]:
+    """Count Django's statements from every thread and connection: a turn's database calls
+    run on threads of their own, which CaptureQueriesContext (one connection's) does not see.
+    """
+    import threading
+
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.backends.utils import CursorWrapper
+
+    seen = Statements([])
+    lock = threading.Lock()
+    execute, executemany, commit = (
+        CursorWrapper.execute,
+        CursorWrapper.executemany,
+        BaseDatabaseWrapper.commit,
+    )
+
+    def record(cursor: Any, sql: str) -> None:
+        flat = " ".join(str(sql).split())
+        with lock:
+            seen.sql.append(flat)
+            write = flat.split(" ", 1)[0] in {"INSERT", "UPDATE", "DELETE"}
+            if write and not cursor.db.in_atomic_block:
+                seen.commits += 1
+
+    def counted_execute(self: Any, sql: Any, params: Any = None) -> Any:
+        record(self, sql)
+        return execute(self, sql, params)
+
+    def counted_executemany(self: Any, sql: Any, param_list: Any) -> Any:
+        record(self, sql)
+        return executemany(self, sql, param_list)
+
+    def counted_commit(self: Any) -> None:
+        with lock:
+            seen.commits += 1
+        commit(self)
+
+    CursorWrapper.execute = counted_execute  # type: ignore[method-assign]
+    CursorWrapper.executemany = counted_executemany  # type: ignore[method-assign]
+    BaseDatabaseWrapper.commit = counted_commit  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        CursorWrapper.execute = execute  # type: ignore[method-assign]
+        CursorWrapper.executemany = executemany  # type: ignore[method-assign]
+        BaseDatabaseWrapper.commit = commit  # type: ignore[method-assign]
+
+
 # --- WebSocket helpers (the chat consumer through the real ASGI stack) ----------------------------
 
 WS_ORIGIN = b"http://127.0.0.1:8000"

@@ -52,6 +52,22 @@ def test_redis_url_switches_the_channel_layer() -> None:
     assert done.stdout.strip() == "RedisChannelLayer"
 
 
+def test_the_redis_layer_outlasts_its_blocking_receive() -> None:
+    """An idle socket waits in BZPOPMIN for brpop_timeout: the connection's read must not
+    time out first (redis-py 8's default socket timeout equals it, and the socket died)."""
+    code = (
+        "import django; django.setup(); "
+        "from channels.layers import get_channel_layer; "
+        "from channels_redis.utils import create_pool; layer = get_channel_layer(); "
+        "pool = create_pool(layer.hosts[0]); "
+        "print(pool.connection_kwargs.get('socket_timeout'), layer.brpop_timeout)"
+    )
+    done = _probe({"REDIS_URL": "redis://127.0.0.1:6379/15"}, code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    read_timeout, blocking_wait = (float(v) for v in done.stdout.split())
+    assert read_timeout > blocking_wait + 5
+
+
 def test_production_settings_refuse_to_start_without_a_secret() -> None:
     env = {"CHATRAG_DEBUG": "0", "DJANGO_SECRET_KEY": ""}
     done = _probe(env)

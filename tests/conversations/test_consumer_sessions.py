@@ -26,8 +26,15 @@ from django.db import connection
 from django.test import Client
 
 from chatrag.asgi import application
-from conversations.models import Conversation
-from tests.support import WS_WAIT_S, database_url, manage, ws_pong, ws_until
+from conversations.models import Conversation, Message
+from tests.support import (
+    WS_WAIT_S,
+    database_url,
+    manage,
+    statements_counted,
+    ws_pong,
+    ws_until,
+)
 
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases="__all__"),
@@ -190,4 +197,127 @@ async def test_deactivation_from_another_process_closes_the_socket(
     )
     await sync_to_async(manage)(env, "shell", "-c", script)
     await _closed_at_once(idle.socket)
+    await idle.socket.disconnect()
+
+
+# --- every frame that does work checks the session first (exactly, whatever it costs) -----------
+#
+# The signals above close a socket as soon as its session ends, but they travel through the
+# channel layer: a frame sent right after signing out can reach the socket before the signal,
+# and a session changed without a signal (a queryset update, a raw delete) sends none. So a
+# frame is answered only after reading the session as it is now.
+
+FRAMES = {
+    "open": lambda conversation: {"type": "open", "conversation": conversation},
+    "message": lambda conversation: {
+        "type": "message",
+        "conversation": conversation,
+        "text": QUESTION,
+    },
+    "stop": lambda conversation: {"type": "stop", "message_id": 1},
+}
+
+
+@pytest.mark.parametrize("frame", sorted(FRAMES))
+async def test_a_frame_sent_right_after_signing_out_gets_no_reply(
+    layer_mode: str, personas: dict[str, Any], frame: str
+) -> None:
+    idle, conversation = await _idle_in_a_conversation(personas["ana"])
+    response = await sync_to_async(idle.client.post)("/logout/")
+    assert response.status_code == 302
+    await idle.socket.send_json_to(FRAMES[frame](conversation))
+    await _closed_at_once(idle.socket)  # no accepted, snapshot, not_found...
+    stored = Message.objects.filter(conversation_id=conversation).exists
+    assert not await database_sync_to_async(stored)()  # nor any work done
+    await idle.socket.disconnect()
+
+
+def _password_changed_quietly(user: Any) -> None:
+    """No post_save: a queryset update, as a script or a migration would do it."""
+    user.set_password("changed-behind-its-back-2026")
+    type(user).objects.filter(pk=user.pk).update(password=user.password)
+
+
+def _deactivated_quietly(user: Any) -> None:
+    type(user).objects.filter(pk=user.pk).update(is_active=False)
+
+
+@pytest.mark.parametrize("change", [_password_changed_quietly, _deactivated_quietly])
+async def test_a_user_changed_without_a_signal_gets_no_reply_to_the_next_frame(
+    personas: dict[str, Any], ws_settled: None, change: Any
+) -> None:
+    ana = personas["ana"]
+    idle, conversation = await _idle_in_a_conversation(ana)
+    await idle.socket.send_json_to(FRAMES["open"](conversation))  # checked, and still fine
+    await ws_pong(idle.socket)
+    await database_sync_to_async(change)(ana)
+    await idle.socket.send_json_to(FRAMES["message"](conversation))
+    await _closed_at_once(idle.socket)
+    await idle.socket.disconnect()
+
+
+def _raw_delete_session(key: str) -> None:
+    with connection.cursor() as cursor:  # no model, no signal: as a DBA or a restore would
+        cursor.execute("DELETE FROM django_session WHERE session_key = %s", [key])
+
+
+def _expired(key: str) -> None:
+    """Its time is up: nobody signs out, nothing is sent."""
+    from django.utils import timezone
+
+    Session.objects.filter(session_key=key).update(expire_date=timezone.now())
+
+
+@pytest.mark.parametrize("end", [_raw_delete_session, _expired])
+async def test_a_session_ended_quietly_gets_no_reply_to_the_next_frame(
+    personas: dict[str, Any], ws_settled: None, end: Any
+) -> None:
+    idle, conversation = await _idle_in_a_conversation(personas["ana"])
+    await idle.socket.send_json_to(FRAMES["open"](conversation))
+    await ws_pong(idle.socket)
+    await database_sync_to_async(end)(idle.key)
+    await idle.socket.send_json_to(FRAMES["open"](conversation))
+    await _closed_at_once(idle.socket)
+    await idle.socket.disconnect()
+
+
+async def test_a_session_changed_by_another_request_keeps_its_socket(
+    personas: dict[str, Any], ws_settled: None
+) -> None:
+    """The session's data may change (the language chosen on a page): still the same user's
+    session, so the socket goes on."""
+    idle, conversation = await _idle_in_a_conversation(personas["ana"])
+    await idle.socket.send_json_to(FRAMES["open"](conversation))
+    await ws_pong(idle.socket)
+
+    def set_in_session() -> None:
+        from importlib import import_module
+
+        from django.conf import settings
+
+        store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=idle.key)
+        store["chosen"] = "something"
+        store.save()
+
+    await database_sync_to_async(set_in_session)()
+    await idle.socket.send_json_to(FRAMES["stop"](conversation))
+    frame = await idle.socket.receive_json_from(timeout=WS_WAIT_S)
+    assert (frame["type"], frame["code"]) == ("error", "not_found")  # answered, not closed
+    await ws_pong(idle.socket)
+    await idle.socket.disconnect()
+
+
+async def test_a_frame_reads_its_session_in_one_statement(
+    personas: dict[str, Any], ws_settled: None
+) -> None:
+    """Nothing changed since the socket's last full check: one query tells (two before, on
+    the process's one sync thread), and the frame's own work follows."""
+    idle, conversation = await _idle_in_a_conversation(personas["ana"])
+    with statements_counted() as seen:
+        await idle.socket.send_json_to(FRAMES["open"](conversation))
+        await ws_pong(idle.socket)
+    (check,) = [s for s in seen.sql if "django_session" in s]
+    assert '"auth_user"' in check, seen.listing()  # the user's row in the same statement
+    # The check, the conversation's ownership, the answers being written in it.
+    assert len(seen.sql) == 3, seen.listing()
     await idle.socket.disconnect()
