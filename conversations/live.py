@@ -11,9 +11,9 @@ each user one allowance per replica.
   another process goes to that group; the process running the turn stops it and confirms to
   the asking socket (`turn.stop_ack`). A socket that hears no confirmation while the turn is
   still unanswered tells its user the stop did not get through.
-- The per-user rate limit lives in Django's cache (Redis with REDIS_URL, the database cache
-  otherwise), which every process shares: a sliding-window counter, a few cache calls per
-  message whatever the allowance.
+- The per-user rate limits live in Django's cache (Redis with REDIS_URL, the database cache
+  otherwise), which every process shares: a sliding-window counter per kind (messages; every
+  frame that reaches the database), a few cache calls per frame whatever the allowance.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from django.core.cache import cache
 logger = logging.getLogger(__name__)
 
 RATE_WINDOW_S = 60
-_RATE_KEY = "rate:{user}:{window}"
+_RATE_KEY = "rate:{kind}:{user}:{window}"
 
 
 @dataclass
@@ -143,27 +143,35 @@ async def stop_request(message_id: int, *, reply_to: str) -> str:
     return "sent"
 
 
-def rate_limited(user_id: int, *, per_minute: int, now: float | None = None) -> bool:
-    """Count the user's message; True (and not counted) when it is over `per_minute`.
+def rate_limited(
+    user_id: int, *, per_minute: int, kind: str = "message", now: float | None = None
+) -> bool:
+    """Count one of the user's frames of `kind`; True (and not counted) when over `per_minute`.
 
     A sliding-window counter in the shared cache: this minute's count plus the previous
-    minute's, weighted by how much of it still lies within the last RATE_WINDOW_S. Three
-    cache calls whatever the allowance, counted once for every process that shares the
-    cache (`incr` is atomic in Redis; the database cache may miss a count when one user's
-    two messages land on two processes at the same instant). A cache that cannot be reached
-    lets the message through: the chat must not stop with it.
+    minute's, weighted by how much of it still lies within the last RATE_WINDOW_S. Two cache
+    calls whatever the allowance (four on a window's first frame, one more when refused),
+    counted once for every process that shares the cache (`incr` is atomic in Redis; the
+    database cache may miss a count when one user's two frames land on two processes at the
+    same instant). A cache that cannot be reached lets the frame through: the chat must not
+    stop with it.
     """
     now = time.time() if now is None else now
     window = int(now // RATE_WINDOW_S)
-    current = _RATE_KEY.format(user=user_id, window=window)
-    previous = _RATE_KEY.format(user=user_id, window=window - 1)
+    current = _RATE_KEY.format(kind=kind, user=user_id, window=window)
+    previous = _RATE_KEY.format(kind=kind, user=user_id, window=window - 1)
     try:
-        cache.add(current, 0, 2 * RATE_WINDOW_S)
-        count = int(cache.incr(current))
+        # `incr` first: an `add` before every count cost the database cache a failed
+        # INSERT (and an error line in PostgreSQL's log) each time.
+        try:
+            count = int(cache.incr(current))
+        except ValueError:  # the window's first frame
+            cache.add(current, 0, 2 * RATE_WINDOW_S)
+            count = int(cache.incr(current))
         before = int(cache.get(previous) or 0)
         still_counted = 1.0 - (now % RATE_WINDOW_S) / RATE_WINDOW_S
         if count + before * still_counted > per_minute:
-            cache.decr(current)  # a refused message uses up nothing
+            cache.decr(current)  # a refused frame uses up nothing
             return True
         return False
     except Exception as exc:
