@@ -12,8 +12,11 @@ each user one allowance per replica.
   the asking socket (`turn.stop_ack`). A socket that hears no confirmation while the turn is
   still unanswered tells its user the stop did not get through.
 - The per-user rate limits live in Django's cache (Redis with REDIS_URL, the database cache
-  otherwise), which every process shares: a sliding-window counter per kind (messages; every
-  frame that reaches the database), a few cache calls per frame whatever the allowance.
+  otherwise), which every process shares: a sliding-window counter per kind (messages; the
+  other frames that read the database), a few cache calls per frame whatever the allowance.
+- So do a user's places for open sockets (`SocketSlot`): one cache key per place, taken with
+  an atomic `add`, refreshed while the socket is open and gone with it, or at its expiry
+  when its process died without closing it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 RATE_WINDOW_S = 60
 _RATE_KEY = "rate:{kind}:{user}:{window}"
+_SOCKET_KEY = "sockets:{user}:{place}"
 
 
 @dataclass
@@ -177,3 +182,61 @@ def rate_limited(
     except Exception as exc:
         logger.error("rate limit not applied (the cache is unreachable): %r", exc)
         return False
+
+
+class SocketSlot:
+    """One of a user's `places` for an open socket, held in the shared cache.
+
+    - Each place is a cache key (`sockets:<user>:<n>`) holding the socket's own token for
+      `seconds`: `take` reads all of them at once and `add`s a free one (atomic in Redis;
+      in the database cache, the key's primary key makes one of two inserts fail), so two
+      calls whatever the number of places.
+    - The socket calls `keep` every third of `seconds`; closing it calls `free`. A socket
+      whose process died frees its place when the key expires: nothing leaks for longer.
+    - A cache that cannot be reached lets the socket through (logged), as the rate limit does.
+    - The database cache may, rarely, let one more socket in when a place expired and two
+      sockets take it at the same instant (both update the expired row).
+    """
+
+    def __init__(self, user_id: int, *, places: int, seconds: int) -> None:
+        self.user_id, self.places, self.seconds = user_id, places, seconds
+        self.token = uuid.uuid4().hex
+        self.key = ""  # the place held, if any
+
+    def _keys(self) -> list[str]:
+        return [_SOCKET_KEY.format(user=self.user_id, place=n) for n in range(self.places)]
+
+    def take(self) -> bool:
+        """Hold a free place; False when every place is taken."""
+        try:
+            keys = self._keys()
+            taken = cache.get_many(keys)
+            for key in keys:
+                if key not in taken and cache.add(key, self.token, self.seconds):
+                    self.key = key
+                    return True
+            return False
+        except Exception as exc:
+            logger.error("socket cap not applied (the cache is unreachable): %r", exc)
+            return True
+
+    def keep(self) -> bool:
+        """Refresh the place held; take another if it was lost. False: none is free."""
+        try:
+            if self.key and cache.get(self.key) == self.token:
+                cache.touch(self.key, self.seconds)
+                return True
+        except Exception as exc:  # the place may expire meanwhile; try again next time
+            logger.warning("socket place of user %s not refreshed: %r", self.user_id, exc)
+            return True
+        # Lost (this process froze for longer than `seconds`, the cache was flushed...).
+        self.key = ""
+        return self.take()
+
+    def free(self) -> None:
+        try:
+            if self.key and cache.get(self.key) == self.token:
+                cache.delete(self.key)
+        except Exception as exc:  # it expires on its own
+            logger.warning("socket place of user %s not freed: %r", self.user_id, exc)
+        self.key = ""
