@@ -350,6 +350,15 @@ CHATRAG_SEARCH_POOL_SIZE = env_int("CHATRAG_SEARCH_POOL_SIZE", 6, minimum=1)
 # Chat limits.
 CHATRAG_MAX_MESSAGE_CHARS = env_int("CHATRAG_MAX_MESSAGE_CHARS", 4000, minimum=1)
 CHATRAG_RATE_LIMIT_PER_MINUTE = env_int("CHATRAG_RATE_LIMIT_PER_MINUTE", 20, minimum=1)
+# Frames that read the database beyond accepted messages (open, stop, a refused message) per
+# user a minute, on all of the user's sockets together; open and stop are counted before the
+# session is checked.
+CHATRAG_FRAME_RATE_LIMIT_PER_MINUTE = env_int("CHATRAG_FRAME_RATE_LIMIT_PER_MINUTE", 120, minimum=1)
+# Open chat sockets per user, on every process together (a place each in the shared cache).
+CHATRAG_MAX_SOCKETS_PER_USER = env_int("CHATRAG_MAX_SOCKETS_PER_USER", 8, minimum=1)
+# How long a socket's place outlives a process that died without closing it; an open socket
+# refreshes its place every third of this.
+CHATRAG_SOCKET_SLOT_SECONDS = env_int("CHATRAG_SOCKET_SLOT_SECONDS", 60, minimum=3)
 
 # Staff review and privacy.
 # Conversations not updated for this many days are deleted by a periodic task (0: keep all).

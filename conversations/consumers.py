@@ -13,9 +13,18 @@ Frames out: conversation, accepted, rewrite, clarify, sources, delta, done, snap
   it relays the first frame of a turn asked from another socket; a socket that found its
   session ended never sends another frame.
 - Another user's id is "not_found", exactly like an id that does not exist.
-- Stop and the rate limit hold across web processes (`conversations.live`): a stop reaches
+- Stop and the rate limits hold across web processes (`conversations.live`): a stop reaches
   the process running the turn; a stop that cannot be confirmed while the turn is still
   unanswered is told to the user ("stop_failed").
+- A user's sockets are capped (CHATRAG_MAX_SOCKETS_PER_USER, on every process together): one
+  more is accepted only to say why ("too_many_sockets") and closed with 4429. Its place is
+  freed when it closes, or expires when its process dies (`live.SocketSlot`).
+- The user's frame allowance (CHATRAG_FRAME_RATE_LIMIT_PER_MINUTE: a flood of `open` cost
+  seven database transactions a frame) counts `open` and `stop` before anything reads the
+  database, and a message when it is refused (not found, over the message allowance); an
+  accepted message counts only in the message allowance, since each count is a write with
+  the database cache. Over either, the frame is refused with "rate_limited", and so is every
+  frame but ping on that socket for REFUSED_HOLD_S; the socket stays open.
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ from conversations.selectors import SessionSeen, conversation_get, session_uncha
 from conversations.services import conversation_create, message_store_user
 
 __all__ = [
+    "CLOSE_TOO_MANY_SOCKETS",
     "MAX_FRAME_BYTES",
     "ChatConsumer",
     "group_name",
@@ -65,6 +75,12 @@ rate_limited = live.rate_limited
 _session_unchanged = turns.in_db_thread(session_unchanged)
 # How long a stop sent to another process may take to be confirmed before the user is told.
 STOP_ACK_S = 3.0
+# After a refusal, the socket refuses that kind of frame for this long without asking the
+# cache again: with the database cache, asking costs more than an `open` itself (measured in
+# scripts/load_ws.py --flood), so a flood would cost as much refused as served.
+REFUSED_HOLD_S = 2.0
+# The close code of a socket over the user's cap (4401: signed out), after its error frame.
+CLOSE_TOO_MANY_SOCKETS = 4429
 
 
 def group_name(conversation_id: int) -> str:
@@ -149,6 +165,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
     socket_closed = False
     session_ended = False
     session_seen: SessionSeen | None = None  # what the last full session check accepted
+    over_cap = False  # closed for want of a place: it sends nothing more either
+    slot: live.SocketSlot | None = None
+    slot_keeper: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -160,7 +179,18 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.snapshot_ends: dict[int, int] = {}  # answer id -> length of the text sent
         self.turns_checked: set[int] = set()  # turns of other sockets relayed after a check
         self.stops_unconfirmed: dict[int, asyncio.Task[None]] = {}  # by user message id
-        await self.accept()
+        self.refused_until: dict[str, float] = {}  # by allowance, see REFUSED_HOLD_S
+        self.slot = live.SocketSlot(
+            user.pk,
+            places=settings.CHATRAG_MAX_SOCKETS_PER_USER,
+            seconds=settings.CHATRAG_SOCKET_SLOT_SECONDS,
+        )
+        placed = await database_sync_to_async(self.slot.take)()
+        await self.accept()  # even over the cap: a refused handshake could not say why
+        if not placed:
+            await self._close_over_cap()
+            return
+        self.slot_keeper = asyncio.create_task(self._keep_slot(self.slot))
         # Joined after accepting, so a sign-out that races the handshake is caught by the
         # check below rather than missed.
         await self._join_group(user_group_name(user.pk))
@@ -170,6 +200,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         # Running turns are NOT cancelled: they finish and store the answer.
         self.socket_closed = True
+        if self.slot_keeper is not None:
+            self.slot_keeper.cancel()
+        if self.slot is not None and self.slot.key:
+            await database_sync_to_async(self.slot.free)()
         for waiting in getattr(self, "stops_unconfirmed", {}).values():
             waiting.cancel()
         for group in getattr(self, "groups_joined", set()):
@@ -185,10 +219,15 @@ class ChatConsumer(AsyncWebsocketConsumer):
         except FrameError as exc:
             await self._error(exc.code, exc.message)
             return
-        if self.session_ended:
+        if self.session_ended or self.over_cap:
             return
         if isinstance(frame, Ping):
             await self._send({"type": "pong"})
+            return
+        # Before the session check, which reads the database; a message is counted only
+        # if refused (`_message`): an accepted one costs one count, not two.
+        if self._held("frame") or (not isinstance(frame, Send) and not await self._frame_allowed()):
+            await self._error("rate_limited", "Too many requests; wait a minute and try again.")
             return
         if not await self._session_still_valid():
             await self._end_session()
@@ -207,6 +246,51 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self._error("unauthorized", "Your session has ended; sign in again.")
         self.session_ended = True
         await self.close(code=4401)
+
+    async def _close_over_cap(self) -> None:
+        """Say why once and close: the user's other sockets hold every place."""
+        if self.over_cap:
+            return
+        await self._error(
+            "too_many_sockets",
+            f"Too many chat windows are open (at most {settings.CHATRAG_MAX_SOCKETS_PER_USER});"
+            " close one and this one connects again.",
+        )
+        self.over_cap = True
+        await self.close(code=CLOSE_TOO_MANY_SOCKETS)
+
+    async def _keep_slot(self, slot: live.SocketSlot) -> None:
+        """Refresh this socket's place while it is open; close it if the place is lost and
+        none is free (its process froze for longer than the place lasts)."""
+        while True:
+            await asyncio.sleep(slot.seconds / 3)
+            try:
+                kept = await database_sync_to_async(slot.keep)()
+            except Exception as exc:  # keep() reports the cache's own failures itself
+                logger.warning("socket place not refreshed: %r", exc)
+                continue
+            if not kept:
+                await self._close_over_cap()
+                return
+
+    def _held(self, kind: str) -> bool:
+        """This socket was refused `kind` lately: refuse it again without asking the cache."""
+        return self.refused_until.get(kind, 0.0) > time.monotonic()
+
+    async def _allowed(self, kind: str, per_minute: int) -> bool:
+        """Count the frame in the user's allowance of `kind`, shared by every process; a
+        socket refused lately is refused again without asking (REFUSED_HOLD_S)."""
+        if self._held(kind):
+            return False
+        limited = await database_sync_to_async(live.rate_limited)(
+            self.user.id, per_minute=per_minute, kind=kind
+        )
+        if limited:
+            self.refused_until[kind] = time.monotonic() + REFUSED_HOLD_S
+        return not limited
+
+    async def _frame_allowed(self) -> bool:
+        return await self._allowed("frame", settings.CHATRAG_FRAME_RATE_LIMIT_PER_MINUTE)
 
     async def _session_still_valid(self) -> bool:
         """The session still exists and still belongs to this active user.
@@ -265,17 +349,18 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._send(snapshot)
 
     async def _message(self, frame: Send, received_at: float) -> None:
-        # Ownership first: a refused id must not use up the user's allowance.
+        # Ownership first: a refused id must not use up the user's message allowance; it and
+        # a message over that allowance use up the frame allowance instead (they read the
+        # database, and a flood of them must meet the frame allowance's refusal up front).
         existing: Conversation | None = None
         if frame.conversation is not None:
             existing = await self._owned(frame.conversation)
             if existing is None:
+                await self._frame_allowed()
                 return
-        limited = await database_sync_to_async(live.rate_limited)(
-            self.user.id, per_minute=settings.CHATRAG_RATE_LIMIT_PER_MINUTE
-        )
-        if limited:
+        if not await self._allowed("message", settings.CHATRAG_RATE_LIMIT_PER_MINUTE):
             await self._error("rate_limited", "Too many messages; wait a minute and try again.")
+            await self._frame_allowed()
             return
         if existing is None:
             conversation = await database_sync_to_async(conversation_create)(user=self.user)
@@ -388,7 +473,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._send(item)
 
     async def _send(self, payload: dict[str, Any]) -> None:
-        if self.session_ended:
+        if self.session_ended or self.over_cap:
             return  # nothing more for a session that has ended, whoever asks to send it
         await self.send(text_data=json.dumps(payload, ensure_ascii=False))
 

@@ -11,9 +11,12 @@ each user one allowance per replica.
   another process goes to that group; the process running the turn stops it and confirms to
   the asking socket (`turn.stop_ack`). A socket that hears no confirmation while the turn is
   still unanswered tells its user the stop did not get through.
-- The per-user rate limit lives in Django's cache (Redis with REDIS_URL, the database cache
-  otherwise), which every process shares: a sliding-window counter, a few cache calls per
-  message whatever the allowance.
+- The per-user rate limits live in Django's cache (Redis with REDIS_URL, the database cache
+  otherwise), which every process shares: a sliding-window counter per kind (messages; the
+  other frames that read the database), a few cache calls per frame whatever the allowance.
+- So do a user's places for open sockets (`SocketSlot`): one cache key per place, taken with
+  an atomic `add`, refreshed while the socket is open and gone with it, or at its expiry
+  when its process died without closing it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +34,8 @@ from django.core.cache import cache
 logger = logging.getLogger(__name__)
 
 RATE_WINDOW_S = 60
-_RATE_KEY = "rate:{user}:{window}"
+_RATE_KEY = "rate:{kind}:{user}:{window}"
+_SOCKET_KEY = "sockets:{user}:{place}"
 
 
 @dataclass
@@ -143,29 +148,95 @@ async def stop_request(message_id: int, *, reply_to: str) -> str:
     return "sent"
 
 
-def rate_limited(user_id: int, *, per_minute: int, now: float | None = None) -> bool:
-    """Count the user's message; True (and not counted) when it is over `per_minute`.
+def rate_limited(
+    user_id: int, *, per_minute: int, kind: str = "message", now: float | None = None
+) -> bool:
+    """Count one of the user's frames of `kind`; True (and not counted) when over `per_minute`.
 
     A sliding-window counter in the shared cache: this minute's count plus the previous
-    minute's, weighted by how much of it still lies within the last RATE_WINDOW_S. Three
-    cache calls whatever the allowance, counted once for every process that shares the
-    cache (`incr` is atomic in Redis; the database cache may miss a count when one user's
-    two messages land on two processes at the same instant). A cache that cannot be reached
-    lets the message through: the chat must not stop with it.
+    minute's, weighted by how much of it still lies within the last RATE_WINDOW_S. Two cache
+    calls whatever the allowance (four on a window's first frame, one more when refused),
+    counted once for every process that shares the cache (`incr` is atomic in Redis; the
+    database cache may miss a count when one user's two frames land on two processes at the
+    same instant). A cache that cannot be reached lets the frame through: the chat must not
+    stop with it.
     """
     now = time.time() if now is None else now
     window = int(now // RATE_WINDOW_S)
-    current = _RATE_KEY.format(user=user_id, window=window)
-    previous = _RATE_KEY.format(user=user_id, window=window - 1)
+    current = _RATE_KEY.format(kind=kind, user=user_id, window=window)
+    previous = _RATE_KEY.format(kind=kind, user=user_id, window=window - 1)
     try:
-        cache.add(current, 0, 2 * RATE_WINDOW_S)
-        count = int(cache.incr(current))
+        # `incr` first: an `add` before every count cost the database cache a failed
+        # INSERT (and an error line in PostgreSQL's log) each time.
+        try:
+            count = int(cache.incr(current))
+        except ValueError:  # the window's first frame
+            cache.add(current, 0, 2 * RATE_WINDOW_S)
+            count = int(cache.incr(current))
         before = int(cache.get(previous) or 0)
         still_counted = 1.0 - (now % RATE_WINDOW_S) / RATE_WINDOW_S
         if count + before * still_counted > per_minute:
-            cache.decr(current)  # a refused message uses up nothing
+            cache.decr(current)  # a refused frame uses up nothing
             return True
         return False
     except Exception as exc:
         logger.error("rate limit not applied (the cache is unreachable): %r", exc)
         return False
+
+
+class SocketSlot:
+    """One of a user's `places` for an open socket, held in the shared cache.
+
+    - Each place is a cache key (`sockets:<user>:<n>`) holding the socket's own token for
+      `seconds`: `take` reads all of them at once and `add`s a free one (atomic in Redis;
+      in the database cache, the key's primary key makes one of two inserts fail), so two
+      calls whatever the number of places.
+    - The socket calls `keep` every third of `seconds`; closing it calls `free`. A socket
+      whose process died frees its place when the key expires: nothing leaks for longer.
+    - A cache that cannot be reached lets the socket through (logged), as the rate limit does.
+    - The database cache may, rarely, let one more socket in when a place expired and two
+      sockets take it at the same instant (both update the expired row).
+    """
+
+    def __init__(self, user_id: int, *, places: int, seconds: int) -> None:
+        self.user_id, self.places, self.seconds = user_id, places, seconds
+        self.token = uuid.uuid4().hex
+        self.key = ""  # the place held, if any
+
+    def _keys(self) -> list[str]:
+        return [_SOCKET_KEY.format(user=self.user_id, place=n) for n in range(self.places)]
+
+    def take(self) -> bool:
+        """Hold a free place; False when every place is taken."""
+        try:
+            keys = self._keys()
+            taken = cache.get_many(keys)
+            for key in keys:
+                if key not in taken and cache.add(key, self.token, self.seconds):
+                    self.key = key
+                    return True
+            return False
+        except Exception as exc:
+            logger.error("socket cap not applied (the cache is unreachable): %r", exc)
+            return True
+
+    def keep(self) -> bool:
+        """Refresh the place held; take another if it was lost. False: none is free."""
+        try:
+            if self.key and cache.get(self.key) == self.token:
+                cache.touch(self.key, self.seconds)
+                return True
+        except Exception as exc:  # the place may expire meanwhile; try again next time
+            logger.warning("socket place of user %s not refreshed: %r", self.user_id, exc)
+            return True
+        # Lost (this process froze for longer than `seconds`, the cache was flushed...).
+        self.key = ""
+        return self.take()
+
+    def free(self) -> None:
+        try:
+            if self.key and cache.get(self.key) == self.token:
+                cache.delete(self.key)
+        except Exception as exc:  # it expires on its own
+            logger.warning("socket place of user %s not freed: %r", self.user_id, exc)
+        self.key = ""

@@ -10,13 +10,19 @@ whose p95 overhead stays under `--budget-ms` with no failed turn is "held".
 
     python scripts/load_ws.py --serve                  # make load: everything it needs
     python scripts/load_ws.py --url http://127.0.0.1:8000 --model-latency 0.3
+    python scripts/load_ws.py --serve --flood 500       # one user's flood, instead of the steps
+
+--flood N sends N frames of each inbound type that reaches the database (open, stop, a
+message to someone else's conversation) on one socket, then opens --flood-sockets sockets as
+one user, and prints what came back and how many database transactions each flood cost
+(PostgreSQL's statistics, read 11 s after each: an idle row shows the noise).
 
 --serve creates (or reuses) the database `--database` on the server the settings point to
 (the embedded one by default), migrates it, seeds the demo knowledge base and users
 (`manage.py seed_demo`), starts the fake model server (`chatrag.dev.fakemodel`) and daphne on
 free ports, and stops them at the end. Without --serve, run it with the same environment as
-the app (DATABASE_URL...) so the sessions it makes are the app's, and a rate limit
-(CHATRAG_RATE_LIMIT_PER_MINUTE) high enough for the load.
+the app (DATABASE_URL...) so the sessions it makes are the app's, and rate limits
+(CHATRAG_RATE_LIMIT_PER_MINUTE, CHATRAG_FRAME_RATE_LIMIT_PER_MINUTE) high enough for the load.
 """
 
 from __future__ import annotations
@@ -164,34 +170,230 @@ async def run_step(url: str, cookies: list[str], users: int, seconds: float, thi
 # --- sessions ---------------------------------------------------------------------------------
 
 
-def make_sessions(count: int) -> list[str]:
+def make_sessions(count: int, prefix: str = "load") -> list[str]:
     """`count` load users (no password, no groups) with a session each, made in the database."""
     import django
 
     django.setup()
+    from django.contrib.auth.models import User
+
+    keys = []
+    for number in range(1, count + 1):
+        user, created = User.objects.get_or_create(username=f"{prefix}-{number:03d}")
+        if created:
+            user.set_unusable_password()
+            user.save()
+        keys.append(session_for(user))
+    return keys
+
+
+def session_for(user: Any) -> str:
+    """A new session signed in as `user`, as the login page would have made it; its key."""
     from importlib import import_module
 
     from django.conf import settings
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
-    from django.contrib.auth.models import User
 
-    store = import_module(settings.SESSION_ENGINE).SessionStore
     backend = "django.contrib.auth.backends.ModelBackend"
     if backend not in settings.AUTHENTICATION_BACKENDS:
         backend = settings.AUTHENTICATION_BACKENDS[-1]
-    keys = []
-    for number in range(1, count + 1):
-        user, created = User.objects.get_or_create(username=f"load-{number:03d}")
+    session = import_module(settings.SESSION_ENGINE).SessionStore()
+    session[SESSION_KEY] = str(user.pk)
+    session[BACKEND_SESSION_KEY] = backend
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.create()
+    return str(session.session_key)
+
+
+# --- one user's flood of frames and sockets (--flood) -----------------------------------------
+
+# PostgreSQL flushes an idle backend's statistics within 10 s: read its counters after that.
+STATS_SETTLE_S = 11.0
+
+
+@dataclass
+class FloodUser:
+    cookie: str
+    conversation: int
+    message: int  # a finished turn's question: what a stop frame names
+
+
+def flood_users(names: list[str]) -> dict[str, FloodUser]:
+    """A user per name (`flood-<name>`), with a session, a conversation and a finished turn."""
+    import django
+
+    django.setup()
+    from django.contrib.auth.models import User
+
+    from conversations.models import Conversation, Message
+
+    users = {}
+    for name in names:
+        user, created = User.objects.get_or_create(username=f"flood-{name}")
         if created:
             user.set_unusable_password()
             user.save()
-        session = store()
-        session[SESSION_KEY] = str(user.pk)
-        session[BACKEND_SESSION_KEY] = backend
-        session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-        session.create()
-        keys.append(session.session_key)
-    return keys
+        conversation = Conversation.objects.create(owner=user, title="flood")
+        message = Message.objects.create(
+            conversation=conversation, role=Message.Role.USER, text="oi"
+        )
+        users[name] = FloodUser(session_for(user), conversation.id, message.id)
+    return users
+
+
+def database_transactions() -> int:
+    """Transactions the app's database has run (every autocommit statement is one)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+            "WHERE datname = current_database()"
+        )
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+def _socket_url(url: str) -> str:
+    return url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + "/ws/chat/"
+
+
+async def flood_frames(url: str, cookie: str, frame: dict[str, Any], count: int) -> dict[str, Any]:
+    """Send `count` copies of `frame` on one socket as fast as it takes them, then a ping;
+    count what came back before the pong (frames are answered in order)."""
+    from websockets.asyncio.client import connect
+
+    headers = {"Cookie": f"sessionid={cookie}", "Origin": url}
+    replies: dict[str, int] = {}
+    async with connect(_socket_url(url), additional_headers=headers, open_timeout=30) as socket:
+        await socket.send(json.dumps({"type": "ping"}))
+        await socket.recv()
+        start = time.perf_counter()
+        for _ in range(count):
+            await socket.send(json.dumps(frame))
+        await socket.send(json.dumps({"type": "ping"}))
+        closed = ""
+        try:
+            while True:
+                event = json.loads(await asyncio.wait_for(socket.recv(), TURN_TIMEOUT_S))
+                if event.get("type") == "pong":
+                    break
+                kind = str(event.get("type"))
+                if kind == "error":
+                    kind += ":" + str(event.get("code"))
+                replies[kind] = replies.get(kind, 0) + 1
+        except Exception as exc:  # closed, or no pong in time: say so
+            closed = exc.__class__.__name__
+        seconds = time.perf_counter() - start
+    return {
+        "frames": count,
+        "seconds": round(seconds, 3),
+        "frames_per_s": round(count / seconds, 1) if seconds else 0.0,
+        "replies": replies,
+        "socket": closed or "open",
+    }
+
+
+async def flood_sockets(url: str, cookie: str, count: int) -> dict[str, Any]:
+    """Open `count` sockets as one user, one after another, and keep those the app accepts."""
+    from websockets.asyncio.client import connect
+
+    headers = {"Cookie": f"sessionid={cookie}", "Origin": url}
+    held: list[Any] = []
+    refused: dict[str, int] = {}
+    connect_ms: list[float] = []
+    try:
+        for _ in range(count):
+            start = time.perf_counter()
+            try:
+                socket = await connect(_socket_url(url), additional_headers=headers)
+            except Exception as exc:
+                refused[exc.__class__.__name__] = refused.get(exc.__class__.__name__, 0) + 1
+                continue
+            try:
+                await socket.send(json.dumps({"type": "ping"}))
+                event = json.loads(await asyncio.wait_for(socket.recv(), TURN_TIMEOUT_S))
+            except Exception:  # closed before the ping got there: by its close code
+                event = {}
+            connect_ms.append((time.perf_counter() - start) * 1000)
+            if event.get("type") == "pong":
+                held.append(socket)
+                continue
+            await socket.wait_closed()
+            why = f"{event.get('code') or 'no frame'} (close {socket.close_code})"
+            refused[why] = refused.get(why, 0) + 1
+    finally:
+        for socket in held:
+            await socket.close()
+    from retrieval.pipeline.metrics import percentile
+
+    return {
+        "sockets": count,
+        "accepted": len(held),
+        "refused": refused,
+        "connect_ms": {
+            "p50": round(percentile(connect_ms, 50), 1),
+            "p95": round(percentile(connect_ms, 95), 1),
+        },
+    }
+
+
+def run_flood(url: str, count: int, sockets: int) -> dict[str, Any]:
+    """One user's flood of each inbound frame type, and of sockets; with the database
+    transactions each cost (read from PostgreSQL's statistics, idle time included)."""
+    users = flood_users(["open", "stop", "message", "sockets"])
+    other = flood_users(["victim"])["victim"]  # a conversation the flooding user may not read
+    jobs: list[tuple[str, Any]] = [
+        ("idle (nothing sent)", None),
+        ("open", {"type": "open", "conversation": users["open"].conversation}),
+        ("stop", {"type": "stop", "message_id": users["stop"].message}),
+        (
+            "message (not hers)",
+            {"type": "message", "conversation": other.conversation, "text": "oi"},
+        ),
+    ]
+    rows: list[dict[str, Any]] = []
+    time.sleep(STATS_SETTLE_S)
+    before = database_transactions()
+    for label, frame in jobs:
+        if frame is None:
+            row: dict[str, Any] = {"frames": 0, "seconds": 0.0, "frames_per_s": 0.0}
+            row.update(replies={}, socket="-")
+        else:
+            name = label.split()[0]
+            row = asyncio.run(flood_frames(url, users[name].cookie, frame, count))
+        time.sleep(STATS_SETTLE_S)
+        after = database_transactions()
+        row.update(kind=label, db_transactions=after - before - 1)  # less the reading itself
+        rows.append(row)
+        before = after
+    sockets_row = asyncio.run(flood_sockets(url, users["sockets"].cookie, sockets))
+    time.sleep(STATS_SETTLE_S)
+    sockets_row["db_transactions"] = database_transactions() - before - 1
+    return {"frames": rows, "sockets": sockets_row}
+
+
+def _flood_table(result: dict[str, Any]) -> str:
+    lines = [
+        f"{'flooded frame':<20} {'frames':>6} {'seconds':>8} {'frames/s':>9} {'db xacts':>9}"
+        f" {'per frame':>9}  replies before the pong; socket after"
+    ]
+    for row in result["frames"]:
+        per = row["db_transactions"] / row["frames"] if row["frames"] else 0.0
+        replies = ", ".join(f"{k} {v}" for k, v in sorted(row["replies"].items())) or "none"
+        lines.append(
+            f"{row['kind']:<20} {row['frames']:>6} {row['seconds']:>8.2f} "
+            f"{row['frames_per_s']:>9.1f} {row['db_transactions']:>9} {per:>9.2f}  "
+            f"{replies}; {row['socket']}"
+        )
+    s = result["sockets"]
+    refused = ", ".join(f"{k} {v}" for k, v in sorted(s["refused"].items())) or "none"
+    lines.append(
+        f"\nsockets opened as one user: {s['sockets']}, accepted {s['accepted']}, "
+        f"refused: {refused}; connect+first reply p50/p95 {s['connect_ms']['p50']:.0f}/"
+        f"{s['connect_ms']['p95']:.0f} ms; {s['db_transactions']} db transactions"
+    )
+    return "\n".join(lines)
 
 
 # --- serving everything (--serve) -------------------------------------------------------------
@@ -261,6 +463,8 @@ def serve(args: argparse.Namespace) -> Iterator[str]:
         "CHATRAG_RATE_LIMIT_PER_MINUTE": "100000",
         "PYTHONUNBUFFERED": "1",
     }
+    if not args.flood:  # the steps' users ask as fast as they are answered; a flood meets
+        env["CHATRAG_FRAME_RATE_LIMIT_PER_MINUTE"] = "100000"  # the default frame allowance
     if args.kb:
         env["CHATRAG_DEMO_KB"] = str(Path(args.kb).resolve())
     if args.embedder:
@@ -340,11 +544,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kb", help="--serve: knowledge base folder (default: the demo's)")
     parser.add_argument("--embedder", help="--serve: CHATRAG_EMBEDDER for seeding and the app")
     parser.add_argument("--logs", default=str(BASE_DIR / ".var"), help="--serve: log folder")
+    parser.add_argument("--flood", type=int, default=0, help="frames per type of one user's flood")
+    parser.add_argument("--flood-sockets", type=int, default=50, help="--flood: sockets to open")
     args = parser.parse_args(argv)
     steps = [int(s) for s in args.steps.split(",") if s.strip()]
     if not args.serve and not args.url:
         parser.error("give --url of a running app, or --serve")
     model_ms = MODEL_CALLS_BEFORE_FIRST_DELTA * args.model_latency * 1000
+
+    if args.flood:
+        with serve(args) if args.serve else contextlib.nullcontext(args.url) as url:
+            flooded = run_flood(url, args.flood, args.flood_sockets)
+        print(_flood_table(flooded))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"url": url, **flooded}, indent=1))
+        return 0
 
     with serve(args) if args.serve else contextlib.nullcontext(args.url) as url:
         cookies = make_sessions(max(steps))

@@ -40,6 +40,7 @@
   const FINAL = new Set(["complete", "clarify", "stopped", "error"]);
   const ACTIVE = new Set(["pending", "streaming"]);
   const STALE_MS = 90000;
+  const TOO_MANY_SOCKETS_RETRY_MS = 30000; // a closed tab frees a place at once
   const lastEvent = new WeakMap(); // turn -> time of the last frame about it
 
   const state = {
@@ -689,6 +690,12 @@
       if (state.socket === socket) state.socket = null;
       if (event.code === 4401) {
         location.assign(config.urls.login + "?next=" + encodeURIComponent(location.pathname));
+        return;
+      }
+      if (event.code === 4429) {
+        // The user's other tabs hold every place: say so, and try again now and then.
+        notice(T.tooManySockets);
+        setTimeout(connect, TOO_MANY_SOCKETS_RETRY_MS);
         return;
       }
       notice(els.connection.dataset.reconnecting || "");

@@ -50,6 +50,10 @@ def chat_labels() -> dict[str, Any]:
         "feedbackSaved": _("Obrigado pelo retorno."),
         "feedbackFailed": _("Não foi possível registrar o retorno."),
         "noResponse": _("Sem resposta do servidor. Recarregue a página."),
+        "tooManySockets": _(
+            "Há janelas demais do chat abertas. Feche uma delas: esta se conecta sozinha "
+            "em até 30 segundos."
+        ),
     }
 
 

@@ -110,6 +110,7 @@ def e2e_env() -> Iterator[tuple[dict[str, str], E2EDatabase]]:
         "CHATRAG_DEBUG": "1",
         "CHATRAG_ALLOWED_HOSTS": "127.0.0.1,localhost",
         "CHATRAG_RATE_LIMIT_PER_MINUTE": "1000",
+        "CHATRAG_FRAME_RATE_LIMIT_PER_MINUTE": "1000",
         "OMP_WAIT_POLICY": "PASSIVE",
         "PYTHONUNBUFFERED": "1",
         # `tests.browser.*` (settings, the slow model) must import in the subprocesses.

@@ -427,3 +427,28 @@ def test_country_fixed_by_the_conversation_leads_the_follow_up(page: Page, live_
     assert chile and (not others or max(chile) < min(others)), titles
     expect(follow_up).to_contain_text("country filter: chile")
     shot(page, "12-chile-follow-up", full_page=True)
+
+
+def test_a_tab_beyond_the_socket_cap_says_so_and_connects_once_another_closes(
+    context: Any, live_url: str
+) -> None:
+    """CHATRAG_MAX_SOCKETS_PER_USER (8, the default) tabs of one user, and a ninth."""
+    tabs = [context.new_page()]
+    login(tabs[0], live_url, "rita")
+    for _ in range(8):
+        tab = context.new_page()
+        tab.goto(live_url + "/")
+        expect(tab.locator("#composer-input")).to_be_visible()
+        tabs.append(tab)
+    # The tab refused is the last one whose socket arrived (almost always the ninth).
+    deadline = time.monotonic() + 20
+    while not (refused := [t for t in tabs if t.locator("#connection-status").is_visible()]):
+        assert time.monotonic() < deadline, "no tab was refused"
+        tabs[-1].wait_for_timeout(200)
+    assert len(refused) == 1
+    (over,) = refused
+    expect(over.locator("#connection-status")).to_have_text(re.compile("janelas demais do chat"))
+    shot(over, "14-too-many-tabs")
+    next(t for t in tabs if t is not over).close()
+    # It tries again every 30 seconds: in by then, the notice gone.
+    expect(over.locator("#connection-status")).to_be_hidden(timeout=45_000)

@@ -5,6 +5,8 @@
 - The chat model is the fake Ollama server (`chatrag.dev.fakemodel`), held after its first piece
   so that a turn is still being written when the other server is asked to stop it.
 - A browser's part is played by `websockets` clients with the session cookie of a real login.
+- A user may hold SOCKETS sockets on both servers together; a place lasts PLACE_S seconds
+  unless its socket refreshes it, so a frozen server's sockets give theirs up quickly.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import psycopg
 import pytest
 from psycopg import sql
 from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
 
 from chatrag.dev.fakemodel import FakeModelConfig, FakeModelServer
 from tests.support import (
+    SERVER_WAIT_S,
     app_env,
     app_seed,
     chat_socket,
@@ -37,6 +41,8 @@ from tests.support import (
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
 
 LIMIT = 3  # messages a minute per user, on both servers together
+SOCKETS = 3  # open sockets per user, on both servers together
+PLACE_S = 3  # how long a socket's place outlives its refreshes
 DOCUMENTS = ["pt/ferias-regras-gerais", "pt/vale-refeicao-regra-geral"]
 REDIS_URL = os.environ.get("CHATRAG_TEST_REDIS_URL", "")
 
@@ -90,6 +96,8 @@ def servers(
             tmp=tmp,
             model_url=model.url,
             rate_limit=LIMIT,
+            CHATRAG_MAX_SOCKETS_PER_USER=str(SOCKETS),
+            CHATRAG_SOCKET_SLOT_SECONDS=str(PLACE_S),
             # The shared Redis keeps this run's counts apart from any other's.
             CHATRAG_CACHE_KEY_PREFIX=f"test-{uuid.uuid4().hex[:8]}",
             **({"REDIS_URL": REDIS_URL} if mode == "redis" else {}),
@@ -202,3 +210,58 @@ async def test_a_stop_that_cannot_reach_the_turn_is_told_to_the_user(servers: Se
             assert done["status"] in {"stopped", "complete"}
     finally:
         servers.model.release()
+
+
+async def _refused_for_the_cap(socket: ClientConnection) -> None:
+    error = (await socket_until(socket, "error"))[-1]
+    assert error["code"] == "too_many_sockets", error
+    await asyncio.wait_for(socket.wait_closed(), SERVER_WAIT_S)
+    assert socket.close_code == 4429
+
+
+async def _accepted_when_a_place_frees(url: str, cookie: str) -> ClientConnection:
+    """Open sockets on `url` until one is accepted (refused ones take no place)."""
+    deadline = asyncio.get_running_loop().time() + SERVER_WAIT_S
+    while True:
+        socket = await chat_socket(url, cookie)
+        try:
+            await socket.send(json.dumps({"type": "ping"}))
+            frame = json.loads(await asyncio.wait_for(socket.recv(), SERVER_WAIT_S))
+        except ConnectionClosed:  # refused and closed before the ping got there
+            frame = {"type": "error", "code": "too_many_sockets"}
+        if frame["type"] == "pong":
+            return socket
+        assert frame["code"] == "too_many_sockets", frame
+        await socket.close()
+        assert asyncio.get_running_loop().time() < deadline, "no place was ever freed"
+        await asyncio.sleep(0.5)
+
+
+async def test_the_socket_cap_holds_across_both_servers_and_a_frozen_one_gives_way(
+    servers: Servers,
+) -> None:
+    first, second = servers.urls
+    frozen = servers.webs[1]
+    cookie = await login(first, "ana", "ana-demo-2026")
+    async with (
+        chat_socket(first, cookie) as one,
+        chat_socket(first, cookie) as two,
+        chat_socket(second, cookie) as three,
+    ):
+        for socket in (one, two, three):
+            assert await _pong(socket) == []
+        # One more, on the server that holds only one of hers: refused, saying why.
+        async with chat_socket(second, cookie) as over:
+            await _refused_for_the_cap(over)
+
+        # The second server hangs (or its process is gone): its socket's place expires.
+        os.kill(frozen.pid, signal.SIGSTOP)
+        try:
+            newcomer = await _accepted_when_a_place_frees(first, cookie)
+        finally:
+            os.kill(frozen.pid, signal.SIGCONT)
+        # Back, it finds that place taken and none free: its socket is closed, not a fourth.
+        await _refused_for_the_cap(three)
+        for socket in (one, two, newcomer):
+            assert await _pong(socket) == []
+        await newcomer.close()
