@@ -22,7 +22,14 @@ from retrieval.pipeline.llm import ChatModel
 from retrieval.pipeline.masking import DEFAULT_EMPLOYEE_ID_PATTERN, MaskingConfig
 from retrieval.pipeline.retrieve import RetrievalSettings, RewriteMode
 from retrieval.pipeline.rewrite_cache import RewriteCache
-from retrieval.pipeline.search import Scope, SearchEngine, SearchParams, get_engine, readable_sql
+from retrieval.pipeline.search import (
+    SPELLING_SIMILARITY,
+    Scope,
+    SearchEngine,
+    SearchParams,
+    get_engine,
+    readable_sql,
+)
 from retrieval.pipeline.text import LANGUAGES
 from retrieval.pipeline.types import GlossaryEntry as GlossaryValue
 from retrieval.pipeline.types import LexiconView
@@ -242,18 +249,42 @@ _DF_SQL = f"""
     WHERE v.collection_id = %(collection)s AND v.word = ANY(%(words)s) AND {_READABLE_SETS}
     GROUP BY v.word
 """  # noqa: S608 - constants; every value is bound
-# Spelling: the closest word the reader can read (most frequent for them on a tie).
-_CORRECTIONS_SQL = f"""
-    SELECT DISTINCT ON (q.w) q.w, best.word
-    FROM unnest(%(words)s::text[]) AS q(w)
-    CROSS JOIN LATERAL (
-        SELECT v.word, similarity(v.word, q.w) AS sim, sum(v.df) AS df
-        FROM retrieval_vocabularyterm v
-        WHERE v.collection_id = %(collection)s AND v.word %% q.w AND {_READABLE_SETS}
-        GROUP BY v.word
-    ) best
-    WHERE best.sim >= 0.45
-    ORDER BY q.w, best.sim DESC, best.df DESC, best.word
+# A turn's words in one round trip: the known words' counts; for each spellable word the
+# corpus does not know, the closest word the reader can read (most frequent for them on a
+# tie); and those corrections' counts. Rows are (word, df, None) or (word, None, correction).
+# The trigram index finds the candidates in every collection (`%` at SPELLING_SIMILARITY, see
+# SearchEngine), and only then are the reader's collection and groups applied: left to itself
+# the planner scanned a small collection's words and computed each one's similarity, for each
+# unknown word (~10 ms a word at 2,600 words, beside other collections of 60,000).
+_LEXICON_SQL = f"""
+    WITH known(word, df) AS ({_DF_SQL}),
+    unknown AS (
+        SELECT u.w FROM unnest(%(spellable)s::text[]) AS u(w)
+        WHERE u.w NOT IN (SELECT k.word FROM known k)
+    ),
+    candidates AS MATERIALIZED (
+        SELECT u.w, v.word, v.df, v.collection_id, v.group_ids
+        FROM unknown u JOIN retrieval_vocabularyterm v ON v.word %% u.w
+    ),
+    fixes AS (
+        SELECT DISTINCT ON (best.w) best.w, best.word
+        FROM (
+            SELECT v.w, v.word, similarity(v.word, v.w) AS sim, sum(v.df) AS df
+            FROM candidates v
+            WHERE v.collection_id = %(collection)s AND {_READABLE_SETS}
+            GROUP BY v.w, v.word
+        ) best
+        WHERE best.sim >= {SPELLING_SIMILARITY}
+        ORDER BY best.w, best.sim DESC, best.df DESC, best.word
+    )
+    SELECT k.word, k.df, NULL FROM known k
+    UNION ALL
+    SELECT v.word, sum(v.df)::int, NULL FROM retrieval_vocabularyterm v
+    WHERE v.collection_id = %(collection)s AND v.word = ANY(ARRAY(SELECT f.word FROM fixes f))
+        AND {_READABLE_SETS}
+    GROUP BY v.word
+    UNION ALL
+    SELECT f.w, NULL, f.word FROM fixes f
 """  # noqa: S608 - constants; every value is bound
 _READABLE_CHUNKS_SQL = f"""
     SELECT count(*) FROM retrieval_chunk
@@ -300,20 +331,17 @@ class VocabularyLexicon:
         wanted = sorted(w for w in words if w)[:2000]
         if not wanted:
             return LexiconView()
+        # Short words, numbers and known words are never corrected.
+        spellable = [w for w in wanted if len(w) >= 4 and not w.isdigit()]
+        args = _scope_args(self.scope, words=wanted, spellable=spellable)
+        df: dict[str, int] = {}
+        corrections: dict[str, str] = {}
         with self.engine.pool.connection() as conn:
-            df = dict(conn.execute(_DF_SQL, _scope_args(self.scope, words=wanted)).fetchall())
-            unknown = [w for w in wanted if w not in df and len(w) >= 4 and not w.isdigit()]
-            corrections: dict[str, str] = {}
-            if unknown:
-                rows = conn.execute(
-                    _CORRECTIONS_SQL, _scope_args(self.scope, words=unknown)
-                ).fetchall()
-                corrections = {w: fix for w, fix in rows}
-                if corrections:
-                    fixes = sorted(set(corrections.values()))
-                    df.update(
-                        conn.execute(_DF_SQL, _scope_args(self.scope, words=fixes)).fetchall()
-                    )
+            for word, count, fix in conn.execute(_LEXICON_SQL, args).fetchall():
+                if fix is None:
+                    df[word] = count
+                else:
+                    corrections[word] = fix
             n_chunks = self._readable_chunks(conn)
         return LexiconView(df=df, n_chunks=n_chunks, corrections=corrections)
 

@@ -83,3 +83,28 @@ def test_changing_a_documents_groups_moves_its_words(
     assert "confidencial" not in _lexicon(personas["ana"], small_kb)({"confidencial"}).df
     rows = VocabularyTerm.objects.filter(word="confidencial")
     assert [r.group_ids for r in rows] == [[personas["rita"].groups.get().id]]
+
+
+def test_spelling_is_taken_from_the_readers_collection_only() -> None:
+    # The trigram index holds every collection's words: the candidates it finds are cut to the
+    # reader's collection before the closest is chosen, so a closer word elsewhere never wins.
+    from retrieval.models import Collection
+
+    company = Collection.objects.create(slug="company-words", name="Company")
+    other = Collection.objects.create(slug="other-words", name="Other")
+    VocabularyTerm.objects.create(collection=company, word="reembolso", df=4)
+    VocabularyTerm.objects.create(collection=company, word="ferias", df=9)
+    VocabularyTerm.objects.create(collection=other, word="reembolzos", df=50)
+    typo = "reembolzo"
+
+    def lexicon(collection: Any) -> Any:
+        scope = Scope(collection_id=collection.id, see_everything=True)
+        return VocabularyLexicon(search_engine(), collection.id, scope=scope)
+
+    view = lexicon(company)({typo, "ferias", "salario"})
+    assert view.corrections == {typo: "reembolso"}
+    # The known words' counts and the correction's, and nothing of the other collection.
+    assert view.df == {"ferias": 9, "reembolso": 4}
+    view = lexicon(other)({typo, "ferias"})
+    assert view.corrections == {typo: "reembolzos"}
+    assert view.df == {"reembolzos": 50}
