@@ -356,9 +356,14 @@ SPELLING_SIMILARITY = 0.45
 # The vocabulary the full-text leg reads its word statistics from: accent-free lower-case
 # words and the number of chunks each appears in, counted per document-group set (the chunk's
 # sorted `group_ids`; empty: public) so that a reader's statistics can sum only the sets they
-# may read (retrieval.services.VocabularyLexicon). Ingestion and the benchmark run this.
+# may read (retrieval.services.VocabularyLexicon). Ingestion and the benchmark run this, in
+# one transaction; the version it bumps tells statistics kept between turns to go.
 VOCABULARY_REBUILD_SQL = (
     "DELETE FROM retrieval_vocabularyterm WHERE collection_id = %(collection)s",
+    """
+INSERT INTO retrieval_vocabularyversion (collection_id, version) VALUES (%(collection)s, 1)
+ON CONFLICT (collection_id) DO UPDATE SET version = retrieval_vocabularyversion.version + 1
+""",
     """
 INSERT INTO retrieval_vocabularyterm (collection_id, group_ids, word, df)
 SELECT %(collection)s, g.ids, w, count(DISTINCT c.id)

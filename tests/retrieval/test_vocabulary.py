@@ -108,3 +108,28 @@ def test_spelling_is_taken_from_the_readers_collection_only() -> None:
     view = lexicon(other)({typo, "ferias"})
     assert view.corrections == {typo: "reembolzos"}
     assert view.df == {"reembolzos": 50}
+
+
+def test_statistics_kept_between_turns_are_those_of_a_fresh_lookup(
+    small_kb: Any, personas: dict[str, Any]
+) -> None:
+    # A turn looks up its history's words again: they come from the cache, the new ones from
+    # the database, and the two together are what one lookup of all of them gives.
+    from retrieval import services
+
+    earlier = {"ferias", "reembolso", "despezas", "salario", "feriaz"}
+    now = {"ferias", "vale", "refeicao", "reembolzo", "xyzw", "desenvolvedr"}
+    for name in ("ana", "rita"):
+        services._known.clear()
+        fresh = _lexicon(personas[name], small_kb)(earlier | now)
+        services._known.clear()
+        _lexicon(personas[name], small_kb)(earlier)
+        kept = _lexicon(personas[name], small_kb)(earlier | now)
+        assert kept == fresh, name
+        assert fresh.corrections and fresh.df, name
+    # Each reader's statistics are kept apart: Ana's, kept first, leave Rita's correction in.
+    services._known.clear()
+    ana = _lexicon(personas["ana"], small_kb)(now)
+    rita = _lexicon(personas["rita"], small_kb)(now)
+    assert "desenvolvedr" not in ana.corrections
+    assert rita.corrections["desenvolvedr"] == "desenvolvedor"
