@@ -163,6 +163,24 @@ class VocabularyTerm(models.Model):
         return f"{self.word} ({self.df})"
 
 
+class VocabularyVersion(models.Model):
+    """How many times a collection's vocabulary was rebuilt.
+
+    Written only by the rebuild's own SQL (retrieval.pipeline.search.VOCABULARY_REBUILD_SQL),
+    in its transaction, never by a model save that could write an older value back: word
+    statistics kept between turns (retrieval.services.VocabularyLexicon) are kept for one
+    version only.
+    """
+
+    collection = models.OneToOneField(
+        Collection, on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    version = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.collection_id}: {self.version}"
+
+
 class IngestionJob(models.Model):
     """Progress of one ingestion run (command or upload task)."""
 

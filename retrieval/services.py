@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -22,7 +24,14 @@ from retrieval.pipeline.llm import ChatModel
 from retrieval.pipeline.masking import DEFAULT_EMPLOYEE_ID_PATTERN, MaskingConfig
 from retrieval.pipeline.retrieve import RetrievalSettings, RewriteMode
 from retrieval.pipeline.rewrite_cache import RewriteCache
-from retrieval.pipeline.search import Scope, SearchEngine, SearchParams, get_engine, readable_sql
+from retrieval.pipeline.search import (
+    SPELLING_SIMILARITY,
+    Scope,
+    SearchEngine,
+    SearchParams,
+    get_engine,
+    readable_sql,
+)
 from retrieval.pipeline.text import LANGUAGES
 from retrieval.pipeline.types import GlossaryEntry as GlossaryValue
 from retrieval.pipeline.types import LexiconView
@@ -256,25 +265,108 @@ _DF_SQL = f"""
     WHERE v.collection_id = %(collection)s AND v.word = ANY(%(words)s) AND {_READABLE_SETS}
     GROUP BY v.word
 """  # noqa: S608 - constants; every value is bound
-# Spelling: the closest word the reader can read (most frequent for them on a tie).
-_CORRECTIONS_SQL = f"""
-    SELECT DISTINCT ON (q.w) q.w, best.word
-    FROM unnest(%(words)s::text[]) AS q(w)
-    CROSS JOIN LATERAL (
-        SELECT v.word, similarity(v.word, q.w) AS sim, sum(v.df) AS df
-        FROM retrieval_vocabularyterm v
-        WHERE v.collection_id = %(collection)s AND v.word %% q.w AND {_READABLE_SETS}
-        GROUP BY v.word
-    ) best
-    WHERE best.sim >= 0.45
-    ORDER BY q.w, best.sim DESC, best.df DESC, best.word
+# The vocabulary's version (0 before its first rebuild).
+_VERSION_SQL = """
+    SELECT coalesce(
+        (SELECT vv.version FROM retrieval_vocabularyversion vv
+         WHERE vv.collection_id = %(collection)s),
+        0
+    )
+"""
+# A turn's words in one round trip: the known words' counts; for each spellable word the
+# corpus does not know, the closest word the reader can read (most frequent for them on a
+# tie); and those corrections' counts. Rows are (word, df, None) or (word, None, correction),
+# and (None, version, None).
+# The trigram index finds the candidates in every collection (`%` at SPELLING_SIMILARITY, see
+# SearchEngine), and only then are the reader's collection and groups applied: left to itself
+# the planner scanned a small collection's words and computed each one's similarity, for each
+# unknown word (~10 ms a word at 2,600 words, beside other collections of 60,000).
+_LEXICON_SQL = f"""
+    WITH known(word, df) AS ({_DF_SQL}),
+    unknown AS (
+        SELECT u.w FROM unnest(%(spellable)s::text[]) AS u(w)
+        WHERE u.w NOT IN (SELECT k.word FROM known k)
+    ),
+    candidates AS MATERIALIZED (
+        SELECT u.w, v.word, v.df, v.collection_id, v.group_ids
+        FROM unknown u JOIN retrieval_vocabularyterm v ON v.word %% u.w
+    ),
+    fixes AS (
+        SELECT DISTINCT ON (best.w) best.w, best.word
+        FROM (
+            SELECT v.w, v.word, similarity(v.word, v.w) AS sim, sum(v.df) AS df
+            FROM candidates v
+            WHERE v.collection_id = %(collection)s AND {_READABLE_SETS}
+            GROUP BY v.w, v.word
+        ) best
+        WHERE best.sim >= {SPELLING_SIMILARITY}
+        ORDER BY best.w, best.sim DESC, best.df DESC, best.word
+    )
+    SELECT k.word, k.df, NULL FROM known k
+    UNION ALL
+    SELECT v.word, sum(v.df)::int, NULL FROM retrieval_vocabularyterm v
+    WHERE v.collection_id = %(collection)s AND v.word = ANY(ARRAY(SELECT f.word FROM fixes f))
+        AND {_READABLE_SETS}
+    GROUP BY v.word
+    UNION ALL
+    SELECT f.w, NULL, f.word FROM fixes f
+    UNION ALL
+    SELECT NULL, ({_VERSION_SQL}), NULL
 """  # noqa: S608 - constants; every value is bound
 _READABLE_CHUNKS_SQL = f"""
     SELECT count(*) FROM retrieval_chunk
     WHERE collection_id = %(collection)s AND {readable_sql("group_ids", public="is_public")}
 """  # noqa: S608 - constants; every value is bound
 _COUNT_MAX_AGE_S = 60.0
-_readable_counts: dict[tuple[int, tuple[int, ...], bool], tuple[float, int]] = {}
+_readable_counts: dict[Scope, tuple[float, int, int]] = {}
+
+
+@dataclass
+class _Known:
+    """What one reader's lookups found in one version of a collection's vocabulary."""
+
+    version: int
+    df: dict[str, int | None] = field(default_factory=dict)  # None: not in the corpus
+    fixes: dict[str, str | None] = field(default_factory=dict)  # a spellable unknown's
+
+    def add(self, words: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> None:
+        found = {word: count for word, count, fix in rows if fix is None}
+        fixes = {word: fix for word, _, fix in rows if fix is not None}
+        for word in words:
+            self.df[word] = found.get(word)
+            if found.get(word) is None and _spellable(word):
+                self.fixes[word] = fixes.get(word)
+        for fix in fixes.values():
+            if fix in found:
+                self.df[fix] = found[fix]
+
+    def view(self, words: Sequence[str], n_chunks: int) -> LexiconView:
+        """The statistics of `words` as one lookup of them would give them."""
+        df: dict[str, int] = {}
+        corrections: dict[str, str] = {}
+        for word in words:
+            count = self.df.get(word)
+            fix = self.fixes.get(word) if count is None else None
+            if count is not None:
+                df[word] = count
+            elif fix is not None:
+                corrections[word] = fix
+                fix_count = self.df.get(fix)
+                if fix_count is not None:
+                    df[fix] = fix_count
+        return LexiconView(df=df, n_chunks=n_chunks, corrections=corrections)
+
+
+# Word statistics kept between turns, per reader scope, for one vocabulary version: a turn
+# looks up its history's words again, and their spelling candidates cost most of the lookup.
+_known: dict[Scope, _Known] = {}
+_known_lock = threading.Lock()
+_KNOWN_MAX_WORDS = 50_000  # per scope: then it starts over
+
+
+def _spellable(word: str) -> bool:
+    """Short words and numbers are never corrected."""
+    return len(word) >= 4 and not word.isdigit()
 
 
 def _scope_args(scope: Scope, **extra: Any) -> dict[str, Any]:
@@ -314,36 +406,49 @@ class VocabularyLexicon:
         wanted = sorted(w for w in words if w)[:2000]
         if not wanted:
             return LexiconView()
+        known = _known.get(self.scope)
+        missing = wanted if known is None else [w for w in wanted if w not in known.df]
         with self.engine.pool.connection() as conn:
-            df = dict(conn.execute(_DF_SQL, _scope_args(self.scope, words=wanted)).fetchall())
-            unknown = [w for w in wanted if w not in df and len(w) >= 4 and not w.isdigit()]
-            corrections: dict[str, str] = {}
-            if unknown:
-                rows = conn.execute(
-                    _CORRECTIONS_SQL, _scope_args(self.scope, words=unknown)
-                ).fetchall()
-                corrections = {w: fix for w, fix in rows}
-                if corrections:
-                    fixes = sorted(set(corrections.values()))
-                    df.update(
-                        conn.execute(_DF_SQL, _scope_args(self.scope, words=fixes)).fetchall()
-                    )
-            n_chunks = self._readable_chunks(conn)
-        return LexiconView(df=df, n_chunks=n_chunks, corrections=corrections)
+            version, rows = self._look_up(conn, missing)
+            if known is not None and known.version != version and len(missing) < len(wanted):
+                # The words taken from the cache were counted by an older vocabulary.
+                missing = wanted
+                version, rows = self._look_up(conn, missing)
+            n_chunks = self._readable_chunks(conn, version)
+        with _known_lock:
+            if known is None or known.version != version or len(known.df) > _KNOWN_MAX_WORDS:
+                known = _Known(version)
+            known.add(missing, rows)
+            _known[self.scope] = known
+            return known.view(wanted, n_chunks)
 
-    def _readable_chunks(self, conn: Any) -> int:
-        """How many chunks the reader may read (cached a minute: it only weighs words)."""
-        key = (
-            self.scope.collection_id,
-            tuple(sorted(self.scope.group_ids)),
-            self.scope.see_everything,
-        )
-        cached = _readable_counts.get(key)
-        if cached is not None and time.monotonic() - cached[0] < _COUNT_MAX_AGE_S:
-            return cached[1]
+    def _look_up(self, conn: Any, words: list[str]) -> tuple[int, list[tuple[Any, ...]]]:
+        """The vocabulary's version, and the rows of _LEXICON_SQL for `words`."""
+        if not words:
+            row = conn.execute(_VERSION_SQL, _scope_args(self.scope)).fetchone()
+            return int(row[0]), []
+        spellable = [w for w in words if _spellable(w)]
+        args = _scope_args(self.scope, words=words, spellable=spellable)
+        rows = conn.execute(_LEXICON_SQL, args).fetchall()
+        version = next(int(count) for word, count, _ in rows if word is None)
+        return version, [row for row in rows if row[0] is not None]
+
+    def _readable_chunks(self, conn: Any, version: int) -> int:
+        """How many chunks the reader may read.
+
+        Kept for a minute (it only weighs words), and counted again at once after the
+        vocabulary was rebuilt (an ingestion, a deletion, a change of groups).
+        """
+        cached = _readable_counts.get(self.scope)
+        if (
+            cached is not None
+            and cached[1] == version
+            and time.monotonic() - cached[0] < _COUNT_MAX_AGE_S
+        ):
+            return cached[2]
         row = conn.execute(_READABLE_CHUNKS_SQL, _scope_args(self.scope)).fetchone()
         count = int(row[0]) if row else 0
-        _readable_counts[key] = (time.monotonic(), count)
+        _readable_counts[self.scope] = (time.monotonic(), version, count)
         return count
 
 

@@ -7,6 +7,7 @@ single-query baseline: the turn's first query alone, embedded and searched the s
 Printed: the rewrite's p50/p95, embed + search p50/p95 of both, and their difference.
 
     .venv/bin/python scripts/bench_turn_decisions.py [--tasks N] [--repeat R] [--json out.json]
+        [--data ../shared/data/ptes-dev]
 
 `make bench` passes `--json`; scripts/bench_app.py reads it (`--decisions-json`) into its table
 of targets (the turn-decisions issue: rewrite p95 <= 20 ms, the extra search <= 15 ms p50).
@@ -80,19 +81,21 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=0, help="only the first N tasks")
     parser.add_argument("--repeat", type=int, default=2, help="timed passes over the tasks")
     parser.add_argument("--json", type=Path, help="write the figures here (for bench_app.py)")
+    parser.add_argument("--data", type=Path, default=DATA, help="the judged set's folder")
     args = parser.parse_args()
-    if not (DATA / "tasks.jsonl").exists():
-        print(f"skipped: no judged turns at {DATA}")
+    data: Path = args.data
+    if not (data / "tasks.jsonl").exists():
+        print(f"skipped: no judged turns at {data}")
         return
 
     embedder = get_embedder()
     loaded = evaluation_collection_load(
-        corpus=DATA / "corpus.jsonl",
+        corpus=data / "corpus.jsonl",
         embedder=embedder,
-        glossary=glossary_load(DATA / "glossary.json"),
+        glossary=glossary_load(data / "glossary.json"),
     )
     collection = loaded.collection
-    tasks = tasks_load(DATA / "tasks.jsonl")
+    tasks = tasks_load(data / "tasks.jsonl")
     if args.tasks:
         tasks = tasks[: args.tasks]
     engine = search_engine()

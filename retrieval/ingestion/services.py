@@ -443,7 +443,7 @@ def document_set_groups(*, document: Document, group_names: Sequence[str]) -> No
 def vocabulary_rebuild(*, collection: Collection) -> int:
     """Recount the collection's words (accent-free, lower case) and their chunk frequency."""
     with connection.cursor() as cursor:
-        for statement in VOCABULARY_REBUILD_SQL:  # the delete, then the insert
+        for statement in VOCABULARY_REBUILD_SQL:  # the delete, the version, then the insert
             cursor.execute(statement, {"collection": collection.id})
         return cursor.rowcount
 

@@ -32,8 +32,12 @@ class _Word:
     inside_right: bool = False  # joined by a hyphen to the word after
 
 
-def _words_with_spans(text: str) -> list[_Word]:
-    """Split tokens on hyphens so "home-office" and "home office" give the same words."""
+@lru_cache(maxsize=1024)
+def _words_with_spans(text: str) -> tuple[_Word, ...]:
+    """Split tokens on hyphens so "home-office" and "home office" give the same words.
+
+    Cached: a rewrite matches each query, the question and every expansion, often twice.
+    """
     words: list[_Word] = []
     for token in token_spans(text):
         parts = token.text.split("-")
@@ -43,7 +47,7 @@ def _words_with_spans(text: str) -> list[_Word]:
                 piece = Token(part, normalize(part), offset, offset + len(part))
                 words.append(_Word(piece, index > 0, index < len(parts) - 1))
             offset += len(part) + 1
-    return words
+    return tuple(words)
 
 
 @lru_cache(maxsize=4096)

@@ -347,12 +347,23 @@ _SQL = {
 MOST_OF_THE_TABLE = 0.5
 
 
+# How close a corpus word must be to an unknown one to be offered as its spelling
+# (pg_trgm similarity). The engine's connections set it as the `%` operator's threshold, so the
+# trigram index itself leaves out the weaker candidates (the default 0.3 let ~10x more through,
+# each rechecked) instead of the query filtering them afterwards.
+SPELLING_SIMILARITY = 0.45
+
 # The vocabulary the full-text leg reads its word statistics from: accent-free lower-case
 # words and the number of chunks each appears in, counted per document-group set (the chunk's
 # sorted `group_ids`; empty: public) so that a reader's statistics can sum only the sets they
-# may read (retrieval.services.VocabularyLexicon). Ingestion and the benchmark run this.
+# may read (retrieval.services.VocabularyLexicon). Ingestion and the benchmark run this, in
+# one transaction; the version it bumps tells statistics kept between turns to go.
 VOCABULARY_REBUILD_SQL = (
     "DELETE FROM retrieval_vocabularyterm WHERE collection_id = %(collection)s",
+    """
+INSERT INTO retrieval_vocabularyversion (collection_id, version) VALUES (%(collection)s, 1)
+ON CONFLICT (collection_id) DO UPDATE SET version = retrieval_vocabularyversion.version + 1
+""",
     """
 INSERT INTO retrieval_vocabularyterm (collection_id, group_ids, word, df)
 SELECT %(collection)s, g.ids, w, count(DISTINCT c.id)
@@ -486,6 +497,7 @@ class SearchEngine:
         # Iterative scans let a permission-filtered HNSW search still return k rows.
         conn.execute(f"SET hnsw.ef_search = {int(self._ef)}")
         conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        conn.execute(f"SET pg_trgm.similarity_threshold = {float(SPELLING_SIMILARITY)}")
 
     def collection_size(self, collection_id: int, *, max_age: float = 60.0) -> tuple[int, float]:
         """The collection's chunk count and its share of all chunks; cached a minute."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from .masking import PLACEHOLDER_PATTERN
@@ -38,6 +39,8 @@ class Token:
 
 def normalize(s: str) -> str:
     """Return `s` decomposed (NFKD), without accents, case-folded."""
+    if s.isascii():  # nothing to decompose or strip: the same result, three times faster
+        return s.lower()
     # "°" is a common stand-in for "º" (13° salário). Case-folding before decomposing
     # keeps the result stable: "İ" folds to "i" plus a combining dot, stripped here.
     decomposed = unicodedata.normalize("NFKD", s.replace("°", "º").casefold())
@@ -49,19 +52,28 @@ def is_placeholder(token: str) -> bool:
     return bool(_PLACEHOLDER_RE.fullmatch(token))
 
 
+@lru_cache(maxsize=65536)
+def _word_norm(word: str) -> str:
+    # Cached: the same few thousand words come back in every text, and a turn's texts are
+    # tokenised several times per rewrite (and again in each later turn's history).
+    return normalize(word).replace("’", "'")
+
+
 def token_spans(s: str) -> list[Token]:
     """Return the word tokens of `s` with their spans (English possessive "'s" dropped)."""
     tokens: list[Token] = []
     for match in _TOKEN_RE.finditer(s):
         surface = match.group()
         end = match.end()
-        if not is_placeholder(surface):
-            possessive = _POSSESSIVE_RE.search(surface)
-            if possessive and possessive.start() > 0:
-                surface = surface[: possessive.start()]
-                end = match.start() + len(surface)
-        norm = surface if is_placeholder(surface) else normalize(surface).replace("’", "'")
-        tokens.append(Token(surface, norm, match.start(), end))
+        # A placeholder has brackets, which no word has (with or without its "'s").
+        if is_placeholder(surface):
+            tokens.append(Token(surface, surface, match.start(), end))
+            continue
+        possessive = _POSSESSIVE_RE.search(surface)
+        if possessive and possessive.start() > 0:
+            surface = surface[: possessive.start()]
+            end = match.start() + len(surface)
+        tokens.append(Token(surface, _word_norm(surface), match.start(), end))
     return tokens
 
 

@@ -83,3 +83,53 @@ def test_changing_a_documents_groups_moves_its_words(
     assert "confidencial" not in _lexicon(personas["ana"], small_kb)({"confidencial"}).df
     rows = VocabularyTerm.objects.filter(word="confidencial")
     assert [r.group_ids for r in rows] == [[personas["rita"].groups.get().id]]
+
+
+def test_spelling_is_taken_from_the_readers_collection_only() -> None:
+    # The trigram index holds every collection's words: the candidates it finds are cut to the
+    # reader's collection before the closest is chosen, so a closer word elsewhere never wins.
+    from retrieval.models import Collection
+
+    company = Collection.objects.create(slug="company-words", name="Company")
+    other = Collection.objects.create(slug="other-words", name="Other")
+    VocabularyTerm.objects.create(collection=company, word="reembolso", df=4)
+    VocabularyTerm.objects.create(collection=company, word="ferias", df=9)
+    VocabularyTerm.objects.create(collection=other, word="reembolzos", df=50)
+    typo = "reembolzo"
+
+    def lexicon(collection: Any) -> Any:
+        scope = Scope(collection_id=collection.id, see_everything=True)
+        return VocabularyLexicon(search_engine(), collection.id, scope=scope)
+
+    view = lexicon(company)({typo, "ferias", "salario"})
+    assert view.corrections == {typo: "reembolso"}
+    # The known words' counts and the correction's, and nothing of the other collection.
+    assert view.df == {"ferias": 9, "reembolso": 4}
+    view = lexicon(other)({typo, "ferias"})
+    assert view.corrections == {typo: "reembolzos"}
+    assert view.df == {"reembolzos": 50}
+
+
+def test_statistics_kept_between_turns_are_those_of_a_fresh_lookup(
+    small_kb: Any, personas: dict[str, Any]
+) -> None:
+    # A turn looks up its history's words again: they come from the cache, the new ones from
+    # the database, and the two together are what one lookup of all of them gives.
+    from retrieval import services
+
+    earlier = {"ferias", "reembolso", "despezas", "salario", "feriaz"}
+    now = {"ferias", "vale", "refeicao", "reembolzo", "xyzw", "desenvolvedr"}
+    for name in ("ana", "rita"):
+        services._known.clear()
+        fresh = _lexicon(personas[name], small_kb)(earlier | now)
+        services._known.clear()
+        _lexicon(personas[name], small_kb)(earlier)
+        kept = _lexicon(personas[name], small_kb)(earlier | now)
+        assert kept == fresh, name
+        assert fresh.corrections and fresh.df, name
+    # Each reader's statistics are kept apart: Ana's, kept first, leave Rita's correction in.
+    services._known.clear()
+    ana = _lexicon(personas["ana"], small_kb)(now)
+    rita = _lexicon(personas["rita"], small_kb)(now)
+    assert "desenvolvedr" not in ana.corrections
+    assert rita.corrections["desenvolvedr"] == "desenvolvedor"

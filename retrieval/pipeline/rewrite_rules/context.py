@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 from retrieval.pipeline.rewrite_rules.cues import (
@@ -88,8 +89,13 @@ class Turn:
     terms: tuple[str, ...]
 
 
+@lru_cache(maxsize=1024)
 def make_turn(text: str, stopwords: frozenset[str]) -> Turn:
-    """Tokenise a text once for every later step."""
+    """Tokenise a text once for every later step.
+
+    Cached (a Turn is immutable): one rewrite reads the question and each message several
+    times, and the next turn reads the same history again.
+    """
     tokens = tuple(token_spans(text))
     terms = tuple(t.norm for t in tokens if is_content_word(t.norm, stopwords))
     return Turn(text, tokens, terms)

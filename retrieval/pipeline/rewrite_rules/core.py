@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from retrieval.pipeline.glossary import expand_with_glossary, find_glossary_hits
@@ -41,6 +43,7 @@ from retrieval.pipeline.text import (
 )
 from retrieval.pipeline.types import (
     Clarification,
+    GlossaryEntry,
     GlossaryHit,
     LexiconView,
     QueryType,
@@ -138,9 +141,10 @@ class _Context:
     stopwords: frozenset[str]
     stats: Stats
     protected: frozenset[str]
-    glossary_slots: dict[tuple[str, ...], str]
+    glossary_slots: Mapping[tuple[str, ...], str]
     mentions: Counter[str]  # in how many messages (the question's too) each word occurs
     result: RewriteResult
+    question_terms: frozenset[str]  # the glossary terms the question itself uses
     topic: str = ""  # the words a follow-up carried, for the evidence search
 
 
@@ -383,7 +387,6 @@ def _add_query(
 ) -> None:
     text = _with_place_names(clean_query(text, ctx.stats, ctx.protected, ctx.stopwords))
     hits = _glossary_senses(ctx, text)
-    question_terms = {h.term for h in find_glossary_hits(ctx.inp.question, ctx.inp.glossary)}
     expanded = expand_with_glossary(text, hits)
     if expanded != text and query_type == "normalize":
         query_type = "expand"
@@ -392,7 +395,7 @@ def _add_query(
             hit.term,
             hit.expansion,
             hit.area,
-            "question" if hit.term in question_terms else "history",
+            "question" if hit.term in ctx.question_terms else "history",
         )
         if recorded not in ctx.result.glossary_hits:
             ctx.result.glossary_hits.append(recorded)
@@ -418,23 +421,46 @@ def _split(ctx: _Context, text: str) -> list[Turn]:
     return [make_turn(p, ctx.stopwords) for p in pieces]
 
 
+@lru_cache(maxsize=4096)
 def _words_of(term: str) -> tuple[str, ...]:
     return tuple(t.norm for t in token_spans(term.replace("-", " ")))
+
+
+@lru_cache(maxsize=32)
+def _glossary_words(
+    glossary: tuple[GlossaryEntry, ...],
+) -> tuple[frozenset[str], Mapping[tuple[str, ...], str]]:
+    """Return the glossary's words (never corrected) and its terms' slots by area.
+
+    Cached by the entries themselves: every turn of a collection passes the same glossary,
+    and an edited one is a different key.
+    """
+    glossary_words = {e: _words_of(e.term) for e in glossary}
+    protected = frozenset(w for words in glossary_words.values() for w in words)
+    glossary_slots = {
+        words: f"glossary area {e.area}" for e, words in glossary_words.items() if e.area
+    }
+    return protected, glossary_slots
 
 
 def _make_context(inp: RewriteInput, lexicon: LexiconView) -> _Context:
     lang = turn_language(inp)
     stopwords = stopwords_for(lang)
-    glossary_words = {e: _words_of(e.term) for e in inp.glossary}
-    protected = frozenset(w for words in glossary_words.values() for w in words)
-    glossary_slots = {
-        words: f"glossary area {e.area}" for e, words in glossary_words.items() if e.area
-    }
+    protected, glossary_slots = _glossary_words(inp.glossary)
     messages = [inp.question, *(m.text for m in inp.history)]
     mentions = Counter(w for text in messages for w in set(make_turn(text, stopwords).terms))
     result = RewriteResult(queries=[], backend="rules")
+    question_terms = frozenset(h.term for h in find_glossary_hits(inp.question, inp.glossary))
     return _Context(
-        inp, lang, stopwords, Stats(lexicon), protected, glossary_slots, mentions, result
+        inp,
+        lang,
+        stopwords,
+        Stats(lexicon),
+        protected,
+        glossary_slots,
+        mentions,
+        result,
+        question_terms,
     )
 
 

@@ -121,7 +121,10 @@ def _phrase_spans(
     words: Sequence[str], phrases: Mapping[tuple[str, ...], str], taken: set[int]
 ) -> list[tuple[int, int, str]]:
     spans: list[tuple[int, int, str]] = []
+    present = set(words)
     for phrase, slot in sorted(phrases.items(), key=lambda item: -len(item[0])):
+        if phrase and phrase[0] not in present:
+            continue  # most phrases: no need to look at every position
         size = len(phrase)
         for i in range(len(words) - size + 1):
             if tuple(words[i : i + size]) == phrase and not taken & set(range(i, i + size)):

@@ -10,6 +10,7 @@ in that direction. Small talk is answered politely and searches nothing: searchi
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from retrieval.pipeline.rewrite_rules.lexicon import edit_distance
 from retrieval.pipeline.text import normalize
@@ -61,8 +62,12 @@ _PRECEDENCE = ("thanks", "farewell", "greeting", "ack")
 _MAX_WORDS = 12
 
 
+@lru_cache(maxsize=4096)
 def _kind_of(word: str) -> str | None:
-    """Return the small-talk kind of one word, forgiving a typo in a long one ("obrigadp")."""
+    """Return the small-talk kind of one word, forgiving a typo in a long one ("obrigadp").
+
+    Cached: a word unknown to the lists is compared with each long small-talk word.
+    """
     kind = _KIND_OF.get(word)
     if kind is not None or len(word) < 6:
         return kind

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -25,6 +27,17 @@ def test_normalize_turns_ordinal_indicators_into_letters() -> None:
     assert normalize("13º") == "13o"
     assert normalize("13°") == "13o"
     assert normalize("1ª") == "1a"
+
+
+def _normalize_in_full(s: str) -> str:
+    """The documented steps, without normalize's shortcut for ASCII."""
+    decomposed = unicodedata.normalize("NFKD", s.replace("°", "º").casefold())
+    return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
+
+
+@given(st.text(st.characters(max_codepoint=127)) | st.text())
+def test_normalize_of_ascii_is_the_full_normalisation(text: str) -> None:
+    assert normalize(text) == _normalize_in_full(text)
 
 
 def test_tokenize_keeps_compounds_ordinals_and_acronyms() -> None:
