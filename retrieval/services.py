@@ -359,9 +359,11 @@ class _Known:
 
 # Word statistics kept between turns, per reader scope, for one vocabulary version: a turn
 # looks up its history's words again, and their spelling candidates cost most of the lookup.
+# Bounded (~1.5 MB a scope at most): a scope past its words, or a 17th scope, starts over.
 _known: dict[Scope, _Known] = {}
 _known_lock = threading.Lock()
-_KNOWN_MAX_WORDS = 50_000  # per scope: then it starts over
+_KNOWN_MAX_WORDS = 10_000
+_KNOWN_MAX_SCOPES = 16
 
 
 def _spellable(word: str) -> bool:
@@ -416,11 +418,16 @@ class VocabularyLexicon:
                 version, rows = self._look_up(conn, missing)
             n_chunks = self._readable_chunks(conn, version)
         with _known_lock:
-            if known is None or known.version != version or len(known.df) > _KNOWN_MAX_WORDS:
+            if known is None or known.version != version:
                 known = _Known(version)
             known.add(missing, rows)
+            view = known.view(wanted, n_chunks)
+            if len(known.df) > _KNOWN_MAX_WORDS:
+                known = _Known(version)
+            if self.scope not in _known and len(_known) >= _KNOWN_MAX_SCOPES:
+                _known.clear()
             _known[self.scope] = known
-            return known.view(wanted, n_chunks)
+        return view
 
     def _look_up(self, conn: Any, words: list[str]) -> tuple[int, list[tuple[Any, ...]]]:
         """The vocabulary's version, and the rows of _LEXICON_SQL for `words`."""

@@ -32,7 +32,7 @@ class _Word:
     inside_right: bool = False  # joined by a hyphen to the word after
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=256)
 def _words_with_spans(text: str) -> tuple[_Word, ...]:
     """Split tokens on hyphens so "home-office" and "home office" give the same words.
 

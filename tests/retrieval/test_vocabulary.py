@@ -110,13 +110,16 @@ def test_spelling_is_taken_from_the_readers_collection_only() -> None:
     assert view.df == {"reembolzos": 50}
 
 
+@pytest.mark.parametrize("max_words", [10_000, 3])
 def test_statistics_kept_between_turns_are_those_of_a_fresh_lookup(
-    small_kb: Any, personas: dict[str, Any]
+    small_kb: Any, personas: dict[str, Any], monkeypatch: pytest.MonkeyPatch, max_words: int
 ) -> None:
     # A turn looks up its history's words again: they come from the cache, the new ones from
-    # the database, and the two together are what one lookup of all of them gives.
+    # the database, and the two together are what one lookup of all of them gives (also when
+    # the cache is full and starts over).
     from retrieval import services
 
+    monkeypatch.setattr(services, "_KNOWN_MAX_WORDS", max_words)
     earlier = {"ferias", "reembolso", "despezas", "salario", "feriaz"}
     now = {"ferias", "vale", "refeicao", "reembolzo", "xyzw", "desenvolvedr"}
     for name in ("ana", "rita"):

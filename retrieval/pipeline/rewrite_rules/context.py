@@ -89,12 +89,13 @@ class Turn:
     terms: tuple[str, ...]
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=256)
 def make_turn(text: str, stopwords: frozenset[str]) -> Turn:
     """Tokenise a text once for every later step.
 
     Cached (a Turn is immutable): one rewrite reads the question and each message several
-    times, and the next turn reads the same history again.
+    times, and the next turn reads the same history again. 256 texts: a long reply's tokens
+    take ~50 KiB.
     """
     tokens = tuple(token_spans(text))
     terms = tuple(t.norm for t in tokens if is_content_word(t.norm, stopwords))
