@@ -30,12 +30,12 @@ from functools import lru_cache
 import snowballstemmer
 
 from ..asks import COUNTING_WORDS, CUE_WORDS, AnswerKind, answer_kind
-from ..masking import PLACEHOLDER_PATTERN
 from ..rewrite_rules.cues import after_switch_announcement
 from ..text import (
     Token,
     detect_language,
     is_content_word,
+    is_placeholder,
     normalize,
     stopwords_for,
     token_spans,
@@ -392,7 +392,11 @@ def _subject(question: str, language: str, kind: AnswerKind | None) -> str:
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _CLAUSE = re.compile(r"[^,;]+[,;]*")
-_PLACEHOLDER_TOKEN = re.compile(PLACEHOLDER_PATTERN)
+
+
+def _first_placeholder(text: str) -> int | None:
+    """Where the first masking placeholder of `text` starts, or None."""
+    return next((t.start for t in token_spans(text) if is_placeholder(t.text)), None)
 
 
 def _without_personal_data(question: str) -> str:
@@ -401,16 +405,16 @@ def _without_personal_data(question: str) -> str:
     name, number or salary. The sentence that asks is kept, less its clauses that hold a
     placeholder; when none is left, it is cut at its first placeholder ("si gano
     [MONEY_1]" -> "si gano")."""
-    if not _PLACEHOLDER_TOKEN.search(question):
+    if _first_placeholder(question) is None:
         return question
     sentences = [s for s in _SENTENCE_END.split(question) if s.strip()]
     asked = next((s for s in reversed(sentences) if "?" in s), sentences[-1])
     clauses = [m.group() for m in _CLAUSE.finditer(asked)]
-    kept = "".join(c for c in clauses if not _PLACEHOLDER_TOKEN.search(c)).strip()
+    kept = "".join(c for c in clauses if _first_placeholder(c) is None).strip()
     if any(len(t.norm) > 2 for t in token_spans(kept)):
         return kept
-    found = _PLACEHOLDER_TOKEN.search(asked)
-    return asked[: found.start()] if found else asked
+    found = _first_placeholder(asked)
+    return asked[:found] if found is not None else asked
 
 
 def opening_line(
