@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from .text import normalize
+from .text import normalize, token_spans
 
 AnswerKind = Literal["duration", "amount", "condition", "steps"]
 
@@ -224,3 +224,34 @@ def answer_kind(question: str) -> AnswerKind | None:
         if cue.search(text):
             return kind
     return None
+
+
+# Words that only ask how much or how often ("quantas vezes", "cuánto", "how many times"):
+# no page is about them, yet in the full-text leg, weighted by rarity, "vezes" outranked the
+# topic ("a PLR desse ano paga em quantas vezes?" found the meal card's "uma vez por ano").
+_ASKING = frozenset(
+    "quanto quanta quantos quantas qnto qto qntos qntas qtos qtas "
+    "cuanto cuanta cuantos cuantas".split()
+)
+_COUNTED_AFTER = frozenset({"quantas", "qntas", "qtas", "cuantas", "many"})
+
+
+def without_asking_words(text: str) -> str:
+    """`text` without the words that ask how much or how often, for the full-text leg.
+
+    The vector leg keeps the whole question: only keyword matching is misled by them."""
+    tokens = token_spans(text)
+    drop = [
+        t
+        for i, t in enumerate(tokens)
+        if t.norm in _ASKING
+        or (t.norm in COUNTING_WORDS and i > 0 and tokens[i - 1].norm in _COUNTED_AFTER)
+    ]
+    if not drop or len(drop) == len(tokens):
+        return text
+    out, last = [], 0
+    for t in drop:
+        out.append(text[last : t.start])
+        last = t.end
+    out.append(text[last:])
+    return " ".join("".join(out).split())

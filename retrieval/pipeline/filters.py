@@ -182,25 +182,77 @@ def _of_year(item: MergedHit, year: int, title_words: Callable[[str], frozenset[
     return str(year) in title_words(item.hit.title)
 
 
+# Words of a title that name its version, not its subject ("programa 2024 (SUBSTITUÍDO)").
+_VERSION_WORDS = (
+    _REPLACED_TITLE
+    | _VERSIONED
+    | frozenset(
+        normalize(
+            "versao version vigente vigentes vigencia current new nova novo nueva nuevo"
+        ).split()
+    )
+)
+SIBLING_SHARE = 0.5  # share of the shorter title's subject words two versions have in common
+
+
+def _subject_words(tokens: Sequence[Token]) -> frozenset[str]:
+    return frozenset(
+        t.norm
+        for t in tokens
+        if len(t.norm) > 3 and not t.norm.isdigit() and t.norm not in _VERSION_WORDS
+    )
+
+
+def _siblings(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Whether two titles' subject words make them versions of one page ("Participação nos
+    lucros — programa 2024" and "— programa 2026"; not "Trabalho remoto 2024")."""
+    if not a or not b:
+        return False
+    return len(a & b) >= SIBLING_SHARE * min(len(a), len(b))
+
+
 def prefer_current(merged: Sequence[MergedHit], ask: VersionAsk) -> tuple[list[MergedHit], str]:
-    """Order the hits by version (see the module's docstring); say what moved, or ""."""
+    """Order the hits by version (see the module's docstring); say what moved, or "".
+
+    A page the question asks for (the old version, that year's) moves up past its own
+    other versions only: "como era a PLR na política antiga?" puts the replaced PLR page
+    before the current one, never the replaced remote-work page before both. A replaced
+    page asked for by nobody goes after every current one.
+    """
     ranked = list(merged)
     title_words = _by_title(_words)
     replaced = [_replaced(item, title_words) for item in ranked]
     year = ask.year
     of_year = [] if year is None else [_of_year(item, year, title_words) for item in ranked]
     if any(of_year):
-        keys = [0 if hit else 1 for hit in of_year]
+        wanted = of_year
         note = f"version: {ask.year}'s pages first"
     elif not any(replaced):
         return ranked, ""
     elif ask.old or ask.year is not None:
-        keys = [0 if r else 1 for r in replaced]
+        wanted = replaced
         note = "version: the question asks for an old one: replaced pages first"
     else:
         keys = [1 if r else 0 for r in replaced]
+        order = sorted(range(len(ranked)), key=lambda i: (keys[i], i))
+        if order == list(range(len(ranked))):
+            return ranked, ""
         note = f"version: current pages first ({sum(replaced)} replaced passages after)"
-    order = sorted(range(len(ranked)), key=lambda i: (keys[i], i))
+        return [ranked[i] for i in order], note
+    subject = _by_title(_subject_words)
+    order = []
+    placed: set[int] = set()
+    for i, item in enumerate(ranked):
+        if i in placed:
+            continue
+        if not wanted[i]:
+            words = subject(item.hit.title)
+            for j in range(i + 1, len(ranked)):
+                if wanted[j] and j not in placed and _siblings(subject(ranked[j].hit.title), words):
+                    order.append(j)
+                    placed.add(j)
+        order.append(i)
+        placed.add(i)
     if order == list(range(len(ranked))):
         return ranked, ""
     return [ranked[i] for i in order], note

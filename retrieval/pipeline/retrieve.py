@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any, Literal, Protocol
 
+from .asks import without_asking_words
 from .dictionary import known_words
 from .evidence import (
     ambiguous_documents,
@@ -282,7 +283,7 @@ async def retrieve(
     vectors = vectors + [[] for _ in probes]
     areas = [q.area for q in queries] + [None for _ in probes]
     requests = [
-        SearchRequest(text=text, vector=vector, area=area)
+        SearchRequest(text=without_asking_words(text), vector=vector, area=area)
         for text, vector, area in zip(texts, vectors, areas, strict=True)
     ]
     results: list[list[Hit]] = []

@@ -658,7 +658,12 @@ def _document_fit(by_document: Mapping[str, list[tuple[float, _Line]]]) -> dict[
     that shares a rare word does not outweigh a document that answers with several."""
     out: dict[str, float] = {}
     for document, items in by_document.items():
-        top = sorted((s for s, _ in items), reverse=True)[:TOP_LINES]
+        # Overlapping chunks of one page repeat a line: it counts once.
+        best: dict[str, float] = {}
+        for score, line in items:
+            key = normalize(line.text)
+            best[key] = max(score, best.get(key, 0.0))
+        top = sorted(best.values(), reverse=True)[:TOP_LINES]
         out[document] = sum(top) / TOP_LINES
     return out
 

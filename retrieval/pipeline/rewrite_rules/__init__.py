@@ -12,6 +12,6 @@ from retrieval.pipeline.rewrite_rules.core import lexicon_words, rewrite_with_ru
 
 # The rules' policy version, recorded in every trace the rules produce (and, later, part of
 # a cached rewrite's key): bump it with any change that alters what the rules output.
-POLICY_VERSION: Final = "rules-2026.12.1"
+POLICY_VERSION: Final = "rules-2026.12.2"
 
 __all__ = ["POLICY_VERSION", "lexicon_words", "rewrite_with_rules"]

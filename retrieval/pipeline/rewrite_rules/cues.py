@@ -48,9 +48,22 @@ _TIME_WORDS = _set(
 )
 SURFACE_ANAPHORS: dict[str, frozenset[str]] = {
     "pt": _set("lá"),
-    "es": _set("él"),
+    # "le"/"les" are only ever pronouns in Spanish ("¿le van a descontar del sueldo?"
+    # after a colleague's stolen laptop); "lê" (reads) keeps its accent.
+    "es": _set("él le les"),
     "en": frozenset(),
 }
+# Spanish object pronouns before the verb: two together ("me la pueden adelantar?") or one
+# opening the turn before a verb of asking ("lo puedo pedir?") point back at a thing.
+_ES_OBJECT = _set("lo la los las")
+_ES_DATIVE = _set("me te se nos le les")
+_ES_OF = _set("de del")
+_ES_VERBS_AFTER = _set(
+    "puedo puede pueden podes podemos tengo tiene tienen tenes debo debe deben pido piden "
+    "pago pagan cobro cobran devuelvo devuelven uso usan paso pasan"
+)
+# "¿a quién le pido...?": the pronoun doubles the "quién" beside it, nothing said before.
+_ES_DOUBLED_BY = _set("quien quienes")
 # Two-word references: "o mesmo", "lo mismo", "the same".
 ANAPHOR_PHRASES: dict[str, tuple[tuple[str, str], ...]] = {
     "pt": (("o", "mesmo"), ("a", "mesma"), ("os", "mesmos"), ("as", "mesmas"), ("mesma", "coisa")),
@@ -215,6 +228,17 @@ def _is_locative_there(words: Sequence[str], i: int) -> bool:
     return nxt not in _BE and prev not in _BE
 
 
+def _is_object_pronoun(words: Sequence[str], i: int) -> bool:
+    """ "me la pueden adelantar?", "se lo descuentan?", "lo puedo pedir?", and the noun left
+    out in "la de junio", "los de la cooperativa" (Spanish)."""
+    if words[i] not in _ES_OBJECT or i + 1 >= len(words):
+        return False
+    if words[i] != "lo" and words[i + 1] in _ES_OF:
+        return True
+    after_dative = i > 0 and words[i - 1] in _ES_DATIVE
+    return after_dative or (i == 0 and words[1] in _ES_VERBS_AFTER)
+
+
 def _is_same_phrase(words: Sequence[str], i: int, code: str, content: frozenset[str]) -> bool:
     """ "o mesmo vale para PJ?" points back; "recebem o mesmo salário" does not."""
     if i + 1 >= len(words) or (words[i], words[i + 1]) not in ANAPHOR_PHRASES[code]:
@@ -234,10 +258,14 @@ def find_anaphors(tokens: Sequence[Token], lang: str | None, content: frozenset[
                 continue
             if word in ANAPHORS[code] and nxt in _TIME_WORDS:
                 continue  # "desse ano", "nesta semana": this year, not "that one"
+            prev = words[i - 1] if i else ""
+            if code == "es" and surface in SURFACE_ANAPHORS[code] and prev in _ES_DOUBLED_BY:
+                continue
             hit = (
                 word in ANAPHORS[code]
                 or surface in SURFACE_ANAPHORS[code]
                 or (surface in DETERMINERS_SURFACE[code] and nxt in content - _TIME_WORDS)
+                or (code == "es" and _is_object_pronoun(words, i))
                 or (code == "en" and word == "this" and nxt not in _TIME_WORDS)
                 or (code == "en" and word == "that" and _is_pronoun_that(words, i))
                 or (code == "en" and word == "there" and _is_locative_there(words, i))

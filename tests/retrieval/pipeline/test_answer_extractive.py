@@ -616,3 +616,17 @@ def test_the_opening_line_repeats_the_question_not_the_persons_data() -> None:
         "Assistência médica",
     )
     assert salary == "Sobre o valor — máximo de coparticipação que podem descontar:"
+
+
+def test_words_that_only_ask_how_much_are_not_searched_as_text() -> None:
+    """ "a PLR desse ano paga em quantas vezes?": the full-text leg, which weighs words by
+    rarity, let "vezes" find the meal card's "uma vez por ano"; the vector leg keeps them."""
+    from retrieval.pipeline.asks import without_asking_words
+
+    assert without_asking_words("a PLR desse ano paga em quantas vezes?") == (
+        "a PLR desse ano paga em ?"
+    )
+    assert without_asking_words("¿cuántos días me tocan?") == "¿ días me tocan?"
+    # "vezes" that counts nothing asked stays; a question of asking words only is kept whole.
+    assert without_asking_words("às vezes pago a mais") == "às vezes pago a mais"
+    assert without_asking_words("quanto?") == "quanto?"

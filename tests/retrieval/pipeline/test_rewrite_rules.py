@@ -468,3 +468,24 @@ def test_a_question_of_quantity_after_a_preposition_is_a_second_question() -> No
 def test_a_place_of_several_words_is_kept_as_no_ones_name() -> None:
     result = rewrite("vou pra Buenos Aires a trabalho, quanto é a diária?")
     assert all("Buenos Aires" in q.text for q in result.queries)
+
+
+def test_spanish_object_pronouns_point_back_at_the_topic() -> None:
+    """ "me la pueden adelantar?" (the aguinaldo), "le van a descontar?" (the colleague),
+    "la de junio" (the June instalment): Spanish pronouns before the verb and a noun left
+    out behind its article lean on the conversation; "la licencia" and "¿a quién le pido?"
+    do not."""
+    first = "cuándo pagan el sueldo anual complementario?"
+    reply = "En dos cuotas: antes del 30 de junio y antes del 20 de diciembre."
+    lexicon = lexicon_from([*CORPUS, "El sueldo anual complementario se paga en dos cuotas."])
+    for turn in (
+        "me la pueden adelantar? ando medio corto de plata",
+        "le van a descontar del sueldo?",
+        "entré en marzo, me toca igual la de junio?",
+        "lo puedo pedir por el portal?",
+    ):
+        result = rewrite(turn, first, reply, language="es", lexicon=lexicon)
+        assert any("sueldo anual complementario" in q for q in texts(result)), turn
+    for turn in ("¿a quién le pido la licencia por estudio?", "cuánto es la licencia por estudio?"):
+        result = rewrite(turn, first, reply, language="es", lexicon=lexicon)
+        assert not any("anaphor" in note for note in result.notes), turn

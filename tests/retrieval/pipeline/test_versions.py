@@ -56,6 +56,24 @@ def test_a_year_is_a_checked_filter_on_the_pages_of_that_year() -> None:
     assert _ids([OLD, NEW], VersionAsk(year=2026))[0] == ["remote-2026", "remote-2024"]
 
 
+def test_an_asked_version_moves_up_past_its_own_versions_only() -> None:
+    """ "a PLR na política antiga": the replaced PLR page before the current PLR page; the
+    replaced remote-work page, another subject, stays where the search put it."""
+    plr = _hit("plr-2026", "Participação nos lucros e resultados — programa 2026", 1)
+    remote_old = _hit("remote-2024", "Política de trabalho remoto — versão 2024 (REVOGADA)", 2)
+    plr_old = _hit(
+        "plr-2024", "Participação nos lucros e resultados — programa 2024 (SUBSTITUÍDO)", 3
+    )
+    ask = version_ask(["como era a PLR na política antiga?"], TODAY)
+    ids, note = _ids([plr, remote_old, plr_old], ask)
+    assert ids == ["plr-2024", "plr-2026", "remote-2024"]
+    assert note.startswith("version: the question asks for an old one")
+    # A year likewise lifts that year's page over its siblings, not over other subjects.
+    vr = _hit("vr", "Vale-refeição", 1)
+    remote_2024 = _hit("remote-2024b", "Política de trabalho remoto 2024", 2)
+    assert _ids([vr, remote_2024], VersionAsk(year=2024)) == (["vr", "remote-2024b"], "")
+
+
 def test_nothing_moves_without_versions() -> None:
     plain = [_hit("a", "Vale-refeição", 1), _hit("b", "Vale-transporte", 2)]
     assert _ids(plain, VersionAsk()) == (["a", "b"], "")
