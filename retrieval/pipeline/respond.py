@@ -130,6 +130,7 @@ async def answer_turn(
         df=view.df if view else None,
         n_chunks=view.n_chunks if view else 0,
         rankings=query_rankings(outcome.queries, outcome.merged),
+        history=outcome.masked_window,
     )
     text = outcome.masker.unmask(text)
     if on_piece is None:

@@ -40,7 +40,7 @@ from ..text import (
     stopwords_for,
     token_spans,
 )
-from ..types import RewriteResult
+from ..types import HistoryMessage, RewriteResult
 from .grounded import Passage, label
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=[A-ZÀ-ÖØ-Þ0-9¿¡\"“(])")
@@ -134,6 +134,7 @@ TOPIC_LINE_WEIGHT = 1.0  # a title or heading word that the line also has
 KIND_BONUS = 0.6
 SPECIFIC_BONUS = 0.3  # the same for a line with a figure when the question names no kind
 META_FACTOR = 0.3  # share of the best query word's weight a line of the asked kind gains
+SAID_TERM = 0.3  # a carried word the last reply used already (see extractive_answer)
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,12 @@ def _stem(word: str, language: str) -> str:
     word = word.casefold()
     if word.isdigit() or len(word) <= 3:
         return normalize(word)
-    return normalize(str(_stemmer(language).stemWord(word)))[:6]
+    stem = normalize(str(_stemmer(language).stemWord(word)))
+    if language == "es":
+        # A stressed Spanish o/e becomes ue/ie ("descontar" / "descuenta", "pedir" /
+        # "pide"... "perder" / "pierde"): both forms meet at the plain vowel.
+        stem = stem.replace("ue", "o").replace("ie", "e")
+    return stem[:6]
 
 
 @lru_cache(maxsize=4)
@@ -443,6 +449,7 @@ def extractive_answer(
     df: Mapping[str, int] | None = None,
     n_chunks: int = 0,
     rankings: Mapping[str, Sequence[str]] | None = None,
+    history: Sequence[HistoryMessage] = (),
 ) -> str:
     """Answer with the passages' own lines that answer the question (see the module doc).
 
@@ -497,12 +504,35 @@ def extractive_answer(
         )
     kind = answer_kind(question)
     terms = _question_terms(question, queries, rewrite, language)
+    said = _said_only(history, language)
+    if said:
+        # Words the rewrite carried from the last reply (the user never wrote them) find
+        # what that reply said again, not the line that answers what is asked now.
+        terms = {t: (w * SAID_TERM if w < 1.0 and t in said else w) for t, w in terms.items()}
     return _render(
         question,
         language,
         kind,
         _choose(lines, passages, terms, idf, kind, context, language=language),
     )
+
+
+def _content_stems(text: str, language: str) -> frozenset[str]:
+    stop = stopwords_for(language)
+    return frozenset(
+        _stem(t.text, language) for t in token_spans(text) if is_content_word(t.norm, stop)
+    )
+
+
+def _said_only(history: Sequence[HistoryMessage], language: str) -> frozenset[str]:
+    """The content stems of the conversation's last reply that no user turn has."""
+    reply = next((m.text for m in reversed(history) if m.role == "assistant"), "")
+    if not reply:
+        return frozenset()
+    asked = frozenset().union(
+        *(_content_stems(m.text, language) for m in history if m.role == "user")
+    )
+    return _content_stems(reply, language) - asked
 
 
 def _part_order(order: Mapping[str, int], ranking: Sequence[str]) -> dict[str, int]:

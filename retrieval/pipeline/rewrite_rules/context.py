@@ -57,8 +57,10 @@ _BRIDGES = frozenset("de do da dos das del of the o a os as el la los las e y an
 _FRAME_RELATIVES = frozenset("quem que who those is are sao es son seja sea".split())
 _RELATIVE_PRONOUNS = frozenset("quem que who".split())
 # Personal pronouns, which may name a person of the same turn ("o Rafael ... ele").
+# Spanish "le"/"les" too: "a mi compañera Lucía, le robaron la laptop" names her first.
 _PERSONAL = frozenset(
-    "ele ela eles elas dele dela deles delas nele nela neles nelas el ella ellos ellas".split()
+    "ele ela eles elas dele dela deles delas nele nela neles nelas el ella ellos ellas "
+    "le les".split()
 )
 _CLAUSE_JOINERS = frozenset({"e", "y", "and", "but", "mas", "pero"})
 # Prepositions that frame the value an elliptical follow-up replaces ("e para X?").

@@ -117,15 +117,16 @@ def turn_language(inp: RewriteInput) -> Language | None:
 def lexicon_words(inp: RewriteInput) -> set[str]:
     """Return the normalised words whose corpus statistics the rewrite needs.
 
-    The question's words come first, then the user turns' from the newest, up to
-    LEXICON_LIMIT words. Nothing is carried from assistant replies (they are only looked
-    at to tell whether a name is new), so their words need no statistics. Compound words
+    The question's words come first, then the user turns' from the newest, then the last
+    reply's, up to LEXICON_LIMIT words. Words are carried from the last reply only when
+    the user's own turns name nothing the documents know. Compound words
     ("vale-refeição") come with their parts, as the corpus counts them.
     """
     stopwords = stopwords_for(turn_language(inp))
     users = [m.text for m in reversed(inp.history) if m.role == "user"]
+    reply = next((m.text for m in reversed(inp.history) if m.role == "assistant"), "")
     words: dict[str, None] = {}
-    for text in [inp.question, *users]:
+    for text in [inp.question, *users, reply]:
         for term in make_turn(text, stopwords).terms:
             for word in (term, *word_parts(term)):
                 if len(words) >= LEXICON_LIMIT:
@@ -188,7 +189,9 @@ def _compose(turn: Turn, dependency: Dependency, plan: CarryPlan) -> str:
 
 
 def _where(source: str, count: int, offset: int) -> str:
-    return f"part {count + offset + 1}" if source == "part" else f"{source} {offset}"
+    if source == "part":
+        return f"part {count + offset + 1}"
+    return source if source == "the last reply" else f"{source} {offset}"
 
 
 def _plan(ctx: _Context, part: Turn, dependency: Dependency, users: list[Turn]) -> CarryPlan:
@@ -223,6 +226,14 @@ def _resolve(
         notes.append(f"{label}{reason}: kept as asked")
         return part.text.strip(), dependency, False, None
     plan = _plan(ctx, part, dependency, users)
+    if not plan.carried and source == "user turn" and dependency.kind in ("anaphor", "ellipsis"):
+        # The user's own turns name nothing the documents know ("le robaron la laptop del
+        # auto"): the last reply, written from the documents, says what the topic is
+        # ("la política de equipos informáticos").
+        reply = _last_reply(ctx)
+        if reply is not None:
+            plan = _plan(ctx, part, dependency, [reply])
+            source = "the last reply"
     if not plan.carried:
         notes.append(
             f"{label}depends on context ({dependency.kind} '{dependency.cue}') but nothing to carry"
@@ -240,6 +251,18 @@ def _resolve(
     if swap:
         notes.append(f"{label}may also change the topic: searched '{swap}' too")
     return _compose(part, dependency, plan), dependency, True, swap
+
+
+_FIGURES = re.compile(r"\S*\d\S*")
+
+
+def _last_reply(ctx: _Context) -> Turn | None:
+    """The conversation's last assistant message, as a turn to carry words from."""
+    for message in reversed(ctx.inp.history):
+        if message.role == "assistant" and message.text.strip():
+            # Its figures ("0.61 m", "R$ 1.200") are what it answered, not the topic.
+            return make_turn(_FIGURES.sub(" ", message.text), ctx.stopwords)
+    return None
 
 
 def _has_topic(ctx: _Context, users: list[Turn]) -> bool:

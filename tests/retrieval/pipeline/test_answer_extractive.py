@@ -6,7 +6,7 @@ from retrieval.pipeline.answer import Passage, clean_citations, extractive_answe
 from retrieval.pipeline.answer.extractive import opening_line
 from retrieval.pipeline.asks import answer_kind
 from retrieval.pipeline.rewrite_rules.cues import after_switch_announcement
-from retrieval.pipeline.types import RewriteResult, SearchQuery
+from retrieval.pipeline.types import HistoryMessage, RewriteResult, SearchQuery
 
 HOTEL = Passage(
     1,
@@ -630,3 +630,38 @@ def test_words_that_only_ask_how_much_are_not_searched_as_text() -> None:
     # "vezes" that counts nothing asked stays; a question of asking words only is kept whole.
     assert without_asking_words("às vezes pago a mais") == "às vezes pago a mais"
     assert without_asking_words("quanto?") == "quanto?"
+
+
+def test_a_follow_up_is_answered_with_what_the_last_reply_did_not_say() -> None:
+    """ "le van a descontar del sueldo?" after a reply on reporting a stolen laptop: the
+    words the rewrite carried from that reply find the reporting line again; the answer is
+    the deduction rule, which the reply never mentioned."""
+    laptop = Passage(
+        1,
+        "Equipos informáticos — Uruguay",
+        "",
+        "En caso de hurto o robo, el trabajador debe realizar la denuncia policial, informar "
+        "a la Mesa de Ayuda en un plazo de 24 horas y adjuntar la constancia de la denuncia. "
+        "El equipo de reemplazo se entrega en dos días hábiles en Montevideo. "
+        "La empresa no descuenta del sueldo el valor de equipos dañados o robados, salvo dolo "
+        "comprobado.",
+        document="equipos-uy",
+    )
+    reply = (
+        "Según la política de equipos informáticos, tiene que hacer la denuncia policial, "
+        "avisar a la Mesa de Ayuda dentro de las 24 horas y adjuntar la constancia."
+    )
+    kwargs = {
+        "question": "le van a descontar del sueldo?",
+        "queries": ["le van a descontar del sueldo informáticos policial adjuntar constancia"],
+        "passages": [laptop],
+        "language": "es",
+    }
+    before = extractive_answer(**kwargs)  # type: ignore[arg-type]
+    assert before.split("\n\n", 1)[1].lstrip("- ").startswith("En caso de hurto")
+    history = [
+        HistoryMessage("user", "a mi compañera [NAME_1] le robaron la laptop del auto"),
+        HistoryMessage("assistant", reply),
+    ]
+    after = extractive_answer(**kwargs, history=history)  # type: ignore[arg-type]
+    assert after.split("\n\n", 1)[1].lstrip("- ").startswith("La empresa no descuenta")

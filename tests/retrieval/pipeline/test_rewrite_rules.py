@@ -369,7 +369,11 @@ def test_lexicon_words_cover_question_and_window() -> None:
     words = lexicon_words(inp)
     assert words >= {"home-office", "home", "office", "reembolso"}
     assert not words & {"como", "funciona", "o", "e"}
-    assert "portal" not in words  # assistant replies are never read
+    # The last reply's words come after the user's: a pointer may carry them when the
+    # user's own turns name nothing the documents know.
+    assert "portal" in words
+    older = RewriteInput("e isso?", (HistoryMessage("assistant", "Pelo sistema."), *inp.history))
+    assert "sistema" not in lexicon_words(older)
 
 
 def test_lexicon_words_are_capped_with_the_question_first() -> None:
@@ -489,3 +493,21 @@ def test_spanish_object_pronouns_point_back_at_the_topic() -> None:
     for turn in ("¿a quién le pido la licencia por estudio?", "cuánto es la licencia por estudio?"):
         result = rewrite(turn, first, reply, language="es", lexicon=lexicon)
         assert not any("anaphor" in note for note in result.notes), turn
+
+
+def test_a_pointer_takes_the_topic_from_the_last_reply_when_the_user_named_nothing_known() -> None:
+    """ "a mi compañera le robaron la laptop del auto" names nothing the documents say;
+    the reply, written from them, does: "le van a descontar?" carries its words (no figure)."""
+    lexicon = lexicon_from(
+        [*CORPUS, "Los equipos informáticos robados se informan a la Mesa de Ayuda en 24 horas."]
+    )
+    result = rewrite(
+        "le van a descontar del sueldo?",
+        "a mi compañera [NAME_1], cédula [CI_1], le robaron la laptop del auto",
+        "Según la política de equipos informáticos, avisá a la Mesa de Ayuda en 24 horas.",
+        language="es",
+        lexicon=lexicon,
+    )
+    [query] = texts(result)
+    assert "informáticos" in query and "24" not in query and "NAME" not in query
+    assert any("from the last reply" in note for note in result.notes)
