@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 from .asks import CUE_WORDS
 from .fusion import Hit, MergedHit
-from .text import content_terms, normalize
+from .text import content_terms, normalize, stem, token_spans
 from .types import SearchQuery
 
 # A leg's rank that counts as "found it confidently".
@@ -78,12 +78,54 @@ def _confident(hits: Sequence[Hit]) -> bool:
     return vector <= CONFIDENT_RANK and text <= CONFIDENT_RANK
 
 
+COVERAGE = True
+COVER_SWITCH = True
+COVER_FOLLOW = True
+
+
+COVER_STEM = 5  # Snowball stems cut this short: "devolver" / "devolução", "pedir" / "pedido"
+
+
+def _names_something(new_terms: Sequence[str], text: str) -> bool:
+    """Whether the turn's new words name a thing of their own: two or more of them, or one
+    written as a name ("Basketball", "Hamnet") or a compound ("auxílio-creche"), or one
+    without the English "the" that makes a lone noun point back ("Who was the enemy?",
+    "What are the benefits?" ask of the conversation's subject; "Do I need scripts?" does
+    not). Portuguese and Spanish put an article before any noun ("e o auxílio-creche?")."""
+    if len(new_terms) >= 2:
+        return True
+    new = set(new_terms)
+    tokens = token_spans(text)
+    for i, token in enumerate(tokens):
+        if token.norm not in new:
+            continue
+        if token.text[:1].isupper() or "-" in token.text:
+            return True
+        if not (i and tokens[i - 1].text.casefold() == "the"):
+            return True
+    return False
+
+
+def _roots(words: Sequence[str], language: str | None) -> frozenset[str]:
+    return frozenset(stem(w, language or "pt")[:COVER_STEM] for w in words if len(w) >= 3)
+
+
+def _said(hits: Sequence[Hit], document: str, language: str | None) -> frozenset[str]:
+    """The word roots that `document`'s found passages (and its title) have."""
+    words: list[str] = []
+    for hit in hits:
+        if hit.external_id == document:
+            words += content_terms(f"{hit.title} {hit.text}")
+    return _roots(words, language)
+
+
 def choose_reading(
     queries: Sequence[SearchQuery],
     results: Sequence[Sequence[Hit]],
     topic_hits: Sequence[Hit] | None,
     new_terms: Sequence[str] = (),
     topic: str | None = None,
+    language: str | None = None,
 ) -> ReadingDecision:
     """Keep one of a follow-up's two readings (and drop the other) from search evidence."""
     everything = tuple(range(len(queries)))
@@ -101,6 +143,37 @@ def choose_reading(
     alone = _documents(results[standalone])
     together = _documents(results[contextual])
     around = _documents(topic_hits or [])[:NEIGHBOURHOOD]
+    if COVERAGE and new_terms and together and together[0] != alone[0]:
+        # What the two readings' best documents say of the turn's own new words.
+        wanted = _roots(new_terms, language)
+        own = _said(results[standalone], alone[0], language) & wanted
+        topical = _said(results[contextual], together[0], language) & wanted
+        if (
+            COVER_SWITCH
+            and own == wanted
+            and not topical
+            and _names_something(new_terms, queries[standalone].text)
+            and _confident(results[standalone])
+            and alone[0] not in around
+        ):
+            # "e o auxílio-creche, qual o valor?" after remote work: the topic-aware reading
+            # lands on the old page, which never says the turn's words; the turn's own does.
+            keep = tuple(i for i in everything if i != contextual)
+            reason = (
+                f"new topic: '{alone[0]}' says the turn's own words "
+                f"({', '.join(new_terms)}), the conversation's page '{together[0]}' none"
+            )
+            return ReadingDecision(keep, "standalone", reason)
+        if COVER_FOLLOW and topical > own and _confident(results[contextual]):
+            # "tenho q devolver se pedir demissão?" after the education allowance: the
+            # topic-aware reading's page says more of the turn's own words (its repayment
+            # rule: "devolver") than the resignation page the words alone find.
+            keep = tuple(sorted((contextual, *others)))
+            reason = (
+                f"follow-up: the topic-aware reading's '{together[0]}' says more of the "
+                f"turn's own words ({', '.join(new_terms)}) than '{alone[0]}'"
+            )
+            return ReadingDecision(keep, "contextual", reason)
     # The topic-aware search agreeing on the turn's own best document, or the turn naming
     # things the conversation never did, says the topic's words only add noise.
     agrees = together[:1] == alone[:1] or len(new_terms) >= NEW_TERMS

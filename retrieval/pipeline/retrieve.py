@@ -189,9 +189,12 @@ def _decide_reading(
     queries: list[SearchQuery],
     results: list[list[Hit]],
     topic_hits: list[Hit] | None,
+    language: str | None,
 ) -> tuple[list[SearchQuery], list[list[Hit]]]:
     """Keep the reading of a follow-up that the search evidence supports (see evidence.py)."""
-    decision = choose_reading(queries, results, topic_hits, rewrite.new_terms, rewrite.topic)
+    decision = choose_reading(
+        queries, results, topic_hits, rewrite.new_terms, rewrite.topic, language
+    )
     if decision.reading is None:
         return queries, results
     rewrite.decision = decision.reason
@@ -296,7 +299,8 @@ async def retrieve(
     timings["search"] = _ms(t)
     reply_hits = results.pop() if reply else None
     topic_hits = results.pop() if probe else None
-    queries, results = _decide_reading(rewrite, queries, results, topic_hits)
+    turn_language = language or detect_language(masked_question) or default_language
+    queries, results = _decide_reading(rewrite, queries, results, topic_hits, turn_language)
     countries = turn_countries(queries, [m.text for m in window if m.role == "user"])
     if countries:
         rewrite.countries = tuple(sorted(countries))
@@ -332,7 +336,6 @@ async def retrieve(
     passages = cut_passages(
         merged, limit=settings.passages, max_per_document=settings.max_per_document
     )
-    turn_language = language or detect_language(masked_question) or default_language
     _clarify_from_evidence(rewrite, merged, turn_language)
     timings["merge"] = _ms(t)
     return RetrievalOutcome(

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
+import snowballstemmer
+
 from .masking import PLACEHOLDER_PATTERN
 
 Language = Literal["pt", "es", "en"]
@@ -238,3 +240,27 @@ def defang_prompt_markup(text: str) -> str:
     fence; the result has no such markup left, so defanging twice changes nothing.
     """
     return _PROMPT_MARKUP_RE.sub(lambda m: m.group(0).translate(_DEFANG), text)
+
+
+_STEMMERS = {"pt": "portuguese", "es": "spanish", "en": "english"}
+
+
+@lru_cache(maxsize=4)
+def _stemmer(language: str) -> snowballstemmer.BaseStemmer:
+    return snowballstemmer.stemmer(_STEMMERS.get(language, "portuguese"))
+
+
+@lru_cache(maxsize=65536)
+def stem(word: str, language: str) -> str:
+    """The language's Snowball stem ("agendo", "agendamento" -> "agend"), accents off, then
+    at most six letters, so that a word typed without its accents ("solicitacao") still
+    meets the document's ("solicitação")."""
+    word = word.casefold()
+    if word.isdigit() or len(word) <= 3:
+        return normalize(word)
+    root = normalize(str(_stemmer(language).stemWord(word)))
+    if language == "es":
+        # A stressed Spanish o/e becomes ue/ie ("descontar" / "descuenta", "pedir" /
+        # "pide", "perder" / "pierde"): both forms meet at the plain vowel.
+        root = root.replace("ue", "o").replace("ie", "e")
+    return root[:6]

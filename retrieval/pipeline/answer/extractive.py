@@ -27,8 +27,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-import snowballstemmer
-
 from ..asks import COUNTING_WORDS, CUE_WORDS, AnswerKind, answer_kind
 from ..rewrite_rules.cues import after_switch_announcement
 from ..text import (
@@ -37,6 +35,7 @@ from ..text import (
     is_content_word,
     is_placeholder,
     normalize,
+    stem,
     stopwords_for,
     token_spans,
 )
@@ -149,37 +148,13 @@ class _Line:
     lead: int = -1  # a list item: the order of the line ending in ":" that introduces it
 
 
-_STEMMERS = {"pt": "portuguese", "es": "spanish", "en": "english"}
-
-
-@lru_cache(maxsize=4)
-def _stemmer(language: str) -> snowballstemmer.BaseStemmer:
-    return snowballstemmer.stemmer(_STEMMERS.get(language, "portuguese"))
-
-
-@lru_cache(maxsize=65536)
-def _stem(word: str, language: str) -> str:
-    """The language's Snowball stem ("agendo", "agendamento" -> "agend"), accents off, then
-    at most six letters, so that a word typed without its accents ("solicitacao") still
-    meets the document's ("solicitação")."""
-    word = word.casefold()
-    if word.isdigit() or len(word) <= 3:
-        return normalize(word)
-    stem = normalize(str(_stemmer(language).stemWord(word)))
-    if language == "es":
-        # A stressed Spanish o/e becomes ue/ie ("descontar" / "descuenta", "pedir" /
-        # "pide"... "perder" / "pierde"): both forms meet at the plain vowel.
-        stem = stem.replace("ue", "o").replace("ie", "e")
-    return stem[:6]
-
-
 @lru_cache(maxsize=4)
 def _cue_stems(language: str) -> frozenset[str]:
-    return frozenset(_stem(w, language) for w in CUE_WORDS)
+    return frozenset(stem(w, language) for w in CUE_WORDS)
 
 
 def _stems(text: str, language: str) -> frozenset[str]:
-    return frozenset(_stem(t.text, language) for t in token_spans(text))
+    return frozenset(stem(t.text, language) for t in token_spans(text))
 
 
 def _plain(text: str) -> str:
@@ -280,7 +255,7 @@ def _question_terms(
     # says "assunto" answer.
     for token in _topic_tokens(after_switch_announcement(question)):
         if is_content_word(token.norm, stop):
-            terms[_stem(token.text, language)] = 1.0
+            terms[stem(token.text, language)] = 1.0
     extra = list(queries)
     if rewrite is not None:
         extra += [h.expansion for h in rewrite.glossary_hits]
@@ -289,7 +264,7 @@ def _question_terms(
         for token in _topic_tokens(after_switch_announcement(text)):
             if token.norm in stop or len(token.norm) < 2:
                 continue
-            terms.setdefault(_stem(token.text, language), QUERY_WEIGHT)
+            terms.setdefault(stem(token.text, language), QUERY_WEIGHT)
     return terms
 
 
@@ -328,8 +303,8 @@ def _idf(
     if df is not None and n_chunks > 0:
         by_stem: Counter[str] = Counter()
         for word, count in df.items():
-            stem = _stem(word, language)
-            by_stem[stem] = max(by_stem[stem], count)
+            root = stem(word, language)
+            by_stem[root] = max(by_stem[root], count)
         return {s: math.log((n_chunks + 1) / (c + 0.5)) for s, c in by_stem.items() if c} | {
             "__default__": math.log(n_chunks + 1)
         }
@@ -352,13 +327,13 @@ def _score(
     default = idf["__default__"]
     overlap = 0.0
     best_weight = 0.0
-    for stem, weight in terms.items():
-        w = weight * max(0.0, idf.get(stem, default))
+    for root, weight in terms.items():
+        w = weight * max(0.0, idf.get(root, default))
         best_weight = max(best_weight, w)
-        if stem in heading_stems:
+        if root in heading_stems:
             # The document's topic: it names the document, not which of its lines answers.
-            overlap += (TOPIC_LINE_WEIGHT if stem in line.stems else HEADING_WEIGHT) * w
-        elif stem in line.stems:
+            overlap += (TOPIC_LINE_WEIGHT if root in line.stems else HEADING_WEIGHT) * w
+        elif root in line.stems:
             overlap += w
     if overlap == 0:
         return 0.0
@@ -520,7 +495,7 @@ def extractive_answer(
 def _content_stems(text: str, language: str) -> frozenset[str]:
     stop = stopwords_for(language)
     return frozenset(
-        _stem(t.text, language) for t in token_spans(text) if is_content_word(t.norm, stop)
+        stem(t.text, language) for t in token_spans(text) if is_content_word(t.norm, stop)
     )
 
 

@@ -146,6 +146,48 @@ def test_evidence_keeps_the_follow_up_when_a_short_topic_lands_and_the_turn_stra
     assert decision.reading == "both"
 
 
+def _said(doc: str, chunk: int, vector: int, text: int, words: str) -> Hit:
+    return Hit(chunk, chunk, doc, doc, "", words, 0, "", vector, text, 0.01)
+
+
+def test_a_new_topic_is_the_page_that_says_the_turns_own_words() -> None:
+    """ "e o auxílio-creche, qual o valor?" after remote work: with the old topic's words the
+    search lands on the remote-work page, which never says "auxílio-creche"; alone, the
+    turn finds the page that does. Only its own words are searched."""
+    creche = _said("creche", 1, 1, 1, "O auxílio-creche é de R$ 650,00 por mês.")
+    remote = _said("remote", 2, 1, 1, "O regime híbrido tem até três dias remotos.")
+    results = [[remote, creche], [creche, remote], [creche]]
+    decision = choose_reading(QUERIES, results, [remote], new_terms=("auxilio-creche",))
+    assert decision.reading == "standalone" and 0 not in decision.keep
+    assert "says the turn's own words" in decision.reason
+    # A lone common word behind "the" asks of the conversation's subject: no switch.
+    queries = [
+        SearchQuery("Who was the enemy? Great Wall China", "expand", reading="contextual"),
+        SearchQuery("Who was the enemy?", "normalize", reading="standalone"),
+    ]
+    wall = _said("wall", 3, 1, 1, "The Great Wall was built against nomadic raids.")
+    war = _said("war", 4, 1, 1, "The enemy crossed the river.")
+    decision = choose_reading(queries, [[wall], [war]], [wall], new_terms=("enemy",))
+    assert "says the turn's own words" not in decision.reason
+
+
+def test_a_follow_up_is_the_reading_whose_page_says_more_of_the_turns_words() -> None:
+    """ "tenho q devolver se pedir demissão?" after the education allowance: alone, the
+    words find the resignation page; with the topic, the allowance's repayment page, which
+    says "devolver" too. The topic-aware reading is kept."""
+    queries = [
+        SearchQuery("tenho q devolver se pedir demissão pós", "expand", reading="contextual"),
+        SearchQuery("tenho q devolver se pedir demissão?", "normalize", reading="standalone"),
+    ]
+    repay = _said("repay", 1, 1, 1, "Quem pedir demissão deve devolver os valores recebidos.")
+    resign = _said("resign", 2, 1, 1, "O pedido de demissão é feito no portal.")
+    results = [[repay, resign], [resign, repay]]
+    terms = ("devolver", "pedir", "demissao")
+    decision = choose_reading(queries, results, [], new_terms=terms, language="pt")
+    assert decision.reading == "contextual" and decision.keep == (0,)
+    assert "says more of the turn's own words" in decision.reason
+
+
 def _merged(doc: str, chunk: int, score: float, title: str | None = None) -> MergedHit:
     hit = Hit(chunk, chunk, doc, title or doc, "", "", 0, "", 1, 1, score)
     return MergedHit(hit=hit, score=score)
