@@ -597,8 +597,11 @@ def _choose(
     fit = _document_fit(by_document)
     challenger = max(fit, key=lambda d: fit[d])
     speaks = {d: _speaks(passages, d, language) for d in fit}
+    # One part of a split message keeps the document its own search ranked first.
     if primary not in fit or (
-        fit[challenger] > SWITCH_RATIO * fit[primary] and speaks[challenger] >= speaks[primary]
+        lead is None
+        and fit[challenger] > SWITCH_RATIO * fit[primary]
+        and speaks[challenger] >= speaks[primary]
     ):
         primary = challenger
     chosen = _pick(by_document[primary], best_score, limit=limit)

@@ -232,7 +232,8 @@ def _resolve(
         # ("la política de equipos informáticos").
         reply = _last_reply(ctx)
         if reply is not None:
-            plan = _plan(ctx, part, dependency, [reply])
+            users = [reply]
+            plan = _plan(ctx, part, dependency, users)
             source = "the last reply"
     if not plan.carried:
         notes.append(

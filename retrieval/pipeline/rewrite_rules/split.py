@@ -20,8 +20,15 @@ _PREPOSITIONS = frozenset(
 _QUANTITIES = frozenset("quanto quanta quantos quantas cuanto cuanta cuantos cuantas how".split())
 
 
+# After "y", a Spanish pronoun before a verb opens a clause: "... y se mantiene el seguro?"
+# (only after the conjunction: "se me rompió la compu, me la descuentan?" is one question).
+_SPANISH_PRONOUNS = frozenset("se me te nos".split())
+
+
 def _opens_question(tokens: Sequence[Token], lang: str | None) -> bool:
     if starts_clause(tokens[:2], lang):
+        return True
+    if lang in ("es", None) and tokens and tokens[0].text.casefold() in _SPANISH_PRONOUNS:
         return True
     words = [t.norm for t in tokens[:3]]
     return len(words) >= 2 and words[0] in _PREPOSITIONS and words[1] in _QUANTITIES

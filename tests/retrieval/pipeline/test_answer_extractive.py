@@ -393,6 +393,16 @@ def test_each_part_of_a_split_message_answers_from_its_own_searchs_best_document
     assert "três dias consecutivos" in text
     assert "em até 30 dias do casamento" in text
     assert "a qualquer momento" not in text
+    # A part keeps its own search's page even where another page shares more of its words.
+    wordy = Passage(
+        4,
+        "Folgas remuneradas",
+        "Convênio",
+        "O convênio inclui o marido e o cônjuge no convênio: incluo, incluir, convênio.",
+        document="folgas",
+    )
+    text = _answer(question, day_off, wordy, health, rewrite=_two_topics(*parts), rankings=rankings)
+    assert "em até 30 dias do casamento" in text
 
 
 def test_a_line_two_chunks_repeat_is_said_once() -> None:

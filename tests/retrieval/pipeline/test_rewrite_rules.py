@@ -269,6 +269,13 @@ def test_multi_topic_split_in_spanish_and_english() -> None:
     assert texts(spanish) == ["cuántos días de vacaciones tengo", "cómo pido un anticipo"]
     english = rewrite("how do I claim travel expenses and what is the per diem?", language="en")
     assert texts(english) == ["how do I claim travel expenses", "what is the per diem"]
+    # After "y", a pronoun before a verb opens a clause: "... y se mantiene el seguro?".
+    pronoun = rewrite("indemnización por despido y se mantiene el seguro médico?", language="es")
+    assert [q.type for q in pronoun.queries[:2]] == ["decompose", "decompose"]
+    assert texts(pronoun)[0] == "indemnización por despido"
+    # Not after a comma: "se me rompió la compu, me la descuentan?" asks one thing.
+    broken = rewrite("se me rompió la compu, me la descuentan?", language="es")
+    assert not any(q.type == "decompose" for q in broken.queries)
 
 
 def test_a_closing_remark_stays_with_its_question() -> None:
@@ -511,3 +518,13 @@ def test_a_pointer_takes_the_topic_from_the_last_reply_when_the_user_named_nothi
     [query] = texts(result)
     assert "informáticos" in query and "24" not in query and "NAME" not in query
     assert any("from the last reply" in note for note in result.notes)
+
+
+def test_an_ellipsis_after_only_a_reply_carries_from_it_without_failing() -> None:
+    """A window that holds a reply and no user turn (the user's turn fell out of it): "e o
+    VR?" carries from the reply, and the topic-swap check reads the reply too."""
+    inp = RewriteInput(
+        "e o VR?", (HistoryMessage("assistant", "O VA é pago por dia útil trabalhado."),), GLOSSARY
+    )
+    result = rewrite_with_rules(inp, LEXICON)
+    assert result.queries and "VR" in result.queries[0].text
