@@ -131,6 +131,7 @@ async def answer_turn(
         n_chunks=view.n_chunks if view else 0,
         rankings=query_rankings(outcome.queries, outcome.merged),
         history=outcome.masked_window,
+        lead=outcome.pinned,
     )
     text = outcome.masker.unmask(text)
     if on_piece is None:

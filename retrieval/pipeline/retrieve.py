@@ -92,6 +92,8 @@ class RetrievalOutcome:
     timings_ms: dict[str, float]
     errors: list[str]
     masker: Masker
+    # The page a version or country preference put first, which the answer keeps.
+    pinned: str | None = None
 
 
 LexiconFetcher = Callable[[set[str]], LexiconView]
@@ -329,10 +331,17 @@ async def retrieve(
                 + ", ".join(lifted)
                 + " moved up)"
             )
+    searched_first = merged[0].hit.document_id if merged else None
     merged, version_note = prefer_current(merged, version_ask([q.text for q in queries], today))
     if version_note:
         rewrite.notes.append(version_note)
     merged = prefer_countries(merged, frozenset(rewrite.countries))
+    # A version or country the turn fixed put another page first: the answer keeps it.
+    pinned = (
+        str(merged[0].hit.document_id)
+        if merged and merged[0].hit.document_id != searched_first
+        else None
+    )
     passages = cut_passages(
         merged, limit=settings.passages, max_per_document=settings.max_per_document
     )
@@ -348,6 +357,7 @@ async def retrieve(
         timings_ms=timings,
         errors=errors,
         masker=masker,
+        pinned=pinned,
     )
 
 

@@ -425,13 +425,16 @@ def extractive_answer(
     n_chunks: int = 0,
     rankings: Mapping[str, Sequence[str]] | None = None,
     history: Sequence[HistoryMessage] = (),
+    lead: str | None = None,
 ) -> str:
     """Answer with the passages' own lines that answer the question (see the module doc).
 
     `df`/`n_chunks` are the collection's document frequencies (a `LexiconView`'s); without
     them rarity is measured over the passages themselves. `rankings` holds, per searched
     query's text, the documents in that query's own order (`query_rankings`): each part of
-    a split message trusts its own search, not the fused one.
+    a split message trusts its own search, not the fused one. `history` is the masked
+    window (its last reply's words find what the reply said). `lead` is a document the
+    search put first on purpose (a version or a country the turn fixed): it answers.
     """
     if not passages:
         return label("nothing", language)
@@ -484,11 +487,13 @@ def extractive_answer(
         # Words the rewrite carried from the last reply (the user never wrote them) find
         # what that reply said again, not the line that answers what is asked now.
         terms = {t: (w * SAID_TERM if w < 1.0 and t in said else w) for t, w in terms.items()}
+    if lead is not None and lead not in order:
+        lead = None
     return _render(
         question,
         language,
         kind,
-        _choose(lines, passages, terms, idf, kind, context, language=language),
+        _choose(lines, passages, terms, idf, kind, context, lead=lead, language=language),
     )
 
 

@@ -678,3 +678,30 @@ def test_a_follow_up_is_answered_with_what_the_last_reply_did_not_say() -> None:
     ]
     after = extractive_answer(**kwargs, history=history)  # type: ignore[arg-type]
     assert after.split("\n\n", 1)[1].lstrip("- ").startswith("La empresa no descuenta")
+
+
+def test_a_page_the_search_put_first_on_purpose_answers() -> None:
+    """ "como era a PLR na política antiga?": the version preference put the replaced page
+    first; the current page shares more of the words ("política"), yet the old one answers."""
+    old = Passage(
+        1,
+        "Participação nos lucros — programa 2024 (SUBSTITUÍDO)",
+        "",
+        "No programa de 2024, o valor correspondia a um salário-base fixo, pago em parcela única.",
+        document="plr-2024",
+    )
+    current = Passage(
+        2,
+        "Participação nos lucros — programa 2026",
+        "",
+        "A política de participação nos lucros de 2026 segue a política de metas por agência.",
+        document="plr-2026",
+    )
+    asked = {
+        "question": "como era a PLR na política antiga?",
+        "queries": ["como era a PLR (participação nos lucros) na política antiga?"],
+        "passages": [old, current],
+        "language": "pt",
+    }
+    assert "salário-base fixo" not in extractive_answer(**asked)  # type: ignore[arg-type]
+    assert "salário-base fixo" in extractive_answer(**asked, lead="plr-2024")  # type: ignore[arg-type]
