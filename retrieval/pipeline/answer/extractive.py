@@ -602,11 +602,16 @@ def _choose(
     fit = _document_fit(by_document)
     challenger = max(fit, key=lambda d: fit[d])
     speaks = {d: _speaks(passages, d, language) for d in fit}
-    # One part of a split message keeps the document its own search ranked first.
+    # One part of a split message keeps the document its own search ranked first. Another
+    # document leads only when it says one of the person's own words at least: the words
+    # the rewrite carried from the conversation ranked the documents already ("quanto sai
+    # por mês pra mim?" after including a spouse: the maintenance page says "incluiu" and
+    # "plano" more often, and nothing of what is asked now).
     if primary not in fit or (
         lead is None
         and fit[challenger] > SWITCH_RATIO * fit[primary]
         and speaks[challenger] >= speaks[primary]
+        and _says_own_words(by_document[challenger], terms)
     ):
         primary = challenger
     chosen = _pick(by_document[primary], best_score, limit=limit)
@@ -664,6 +669,13 @@ def _with_asked_kind(
         return chosen
     best = max(fitting, key=lambda item: (item[0], -item[1].rank, -item[1].order))
     return [best, *chosen[: max(0, limit - 1)]]
+
+
+def _says_own_words(items: Sequence[tuple[float, _Line]], terms: Mapping[str, float]) -> bool:
+    """Whether a document's lines say a word of the question itself (not a carried one);
+    a question with no word of its own (all carried) counts as said."""
+    own = {t for t, w in terms.items() if w >= 1.0}
+    return not own or any(own & line.stems for _, line in items)
 
 
 def _document_fit(by_document: Mapping[str, list[tuple[float, _Line]]]) -> dict[str, float]:

@@ -705,3 +705,32 @@ def test_a_page_the_search_put_first_on_purpose_answers() -> None:
     }
     assert "salário-base fixo" not in extractive_answer(**asked)  # type: ignore[arg-type]
     assert "salário-base fixo" in extractive_answer(**asked, lead="plr-2024")  # type: ignore[arg-type]
+
+
+def test_a_page_that_says_none_of_the_persons_own_words_never_takes_the_answer_over() -> None:
+    """ "quanto sai por mês pra mim?" after including a spouse in the health plan: the words
+    carried from the conversation ("incluo plano de saúde") fill the maintenance page's
+    lines; the search's own first page, on dependants, answers what is asked now."""
+    dependants = Passage(
+        1,
+        "Assistência médica — inclusão de dependentes",
+        "",
+        "A Cooperativa paga 50% da mensalidade de cada dependente; o restante é descontado "
+        "em folha. O titular pode incluir o cônjuge pelo portal.",
+        document="dependentes",
+    )
+    upkeep = Passage(
+        2,
+        "Assistência médica — manutenção após desligamento",
+        "",
+        "Quem nunca incluiu dependentes pagantes no plano de saúde não tem direito à "
+        "manutenção do plano de saúde. O plano de saúde individual inclui as carências.",
+        document="manutencao",
+    )
+    text = extractive_answer(
+        question="quanto sai por mês pra mim?",
+        queries=["quanto sai por mês pra mim incluo plano de saúde"],
+        passages=[dependants, upkeep],
+        language="pt",
+    )
+    assert "50% da mensalidade" in text and "manutenção" not in text
