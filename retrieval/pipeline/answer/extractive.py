@@ -82,6 +82,30 @@ _KIND_EVIDENCE: dict[AnswerKind, re.Pattern[str]] = {
     ),
 }
 
+# The words that state a condition or a permission, in each language: Portuguese "no" is
+# "in the" ("no portal"), Spanish "se" a pronoun ("se paga"); neither decides anything.
+_CONDITION: dict[str, re.Pattern[str]] = {
+    "pt": re.compile(
+        r"\b(?:so|somente|apenas|exclusivo|exclusivamente|desde que|salvo|exceto|nao|nem|sem|"
+        r"caso|se|sempre que|a partir|pode|podem|tem direito)\b"
+    ),
+    "es": re.compile(
+        r"\b(?:solo|solamente|exclusivo|exclusivamente|desde que|siempre que|salvo|excepto|"
+        r"no|ni|sin|si|a partir|en caso|puede|pueden|tiene derecho|tienen derecho)\b"
+    ),
+    "en": re.compile(
+        r"\b(?:only|unless|except|not|no|if|provided|without|can|may|entitled|eligible)\b"
+    ),
+}
+
+
+def _states(kind: AnswerKind, norm: str, language: str) -> bool:
+    """Whether a line (normalised) states what the question asks for."""
+    if kind == "condition" and language in _CONDITION:
+        return bool(_CONDITION[language].search(norm))
+    return bool(_KIND_EVIDENCE[kind].search(norm))
+
+
 # A figure, a deadline or a place: what an answer states and an introduction does not.
 _SPECIFIC = re.compile(r"\d|@|>")
 # Sentences about the page itself ("Esta página explica ...") answer nothing.
@@ -131,6 +155,7 @@ QUERY_WEIGHT = 0.6  # words only in the rewritten queries or glossary expansions
 HEADING_WEIGHT = 0.5  # a word of the section heading counts half for each of its lines
 TOPIC_LINE_WEIGHT = 1.0  # a title or heading word that the line also has
 KIND_BONUS = 0.6
+SILENT_LINE = 0.75  # a line that says no word of the question, only its page's title does
 SPECIFIC_BONUS = 0.3  # the same for a line with a figure when the question names no kind
 META_FACTOR = 0.3  # share of the best query word's weight a line of the asked kind gains
 SAID_TERM = 0.3  # a carried word the last reply used already (see extractive_answer)
@@ -327,6 +352,7 @@ def _score(
     default = idf["__default__"]
     overlap = 0.0
     best_weight = 0.0
+    said = False  # the line itself says a word of the question
     for root, weight in terms.items():
         w = weight * max(0.0, idf.get(root, default))
         best_weight = max(best_weight, w)
@@ -335,10 +361,16 @@ def _score(
             overlap += (TOPIC_LINE_WEIGHT if root in line.stems else HEADING_WEIGHT) * w
         elif root in line.stems:
             overlap += w
+        said = said or root in line.stems
     if overlap == 0:
         return 0.0
+    if not said:
+        # Its page's title says the question's words, the line none of them ("O informe
+        # fica disponível no portal em dezembro." under "Décimo terceiro — adiantamento
+        # nas férias"): it answers less than a line that says one.
+        overlap *= SILENT_LINE
     norm = normalize(line.text)
-    if kind is not None and _KIND_EVIDENCE[kind].search(norm):
+    if kind is not None and _states(kind, norm, line.passage.language):
         overlap += KIND_BONUS * best_weight
     elif kind is None and _SPECIFIC.search(norm):
         overlap += SPECIFIC_BONUS * best_weight
