@@ -215,7 +215,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     # The Postgres channel layer's expired messages hold questions and answers as sent.
     "purge-channel-layer-messages": {
-        "task": "conversations.purge_layer_messages",
+        "task": "chatrag.purge_layer_messages",
         "schedule": 60,
     },
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -54,6 +54,22 @@ def message_store_user(*, conversation: Conversation, text: str) -> Message:
     conversation.updated_at = timezone.now()
     conversation.save(update_fields=["title", "updated_at"])
     return message
+
+
+@transaction.atomic
+def conversations_purge_expired(*, days: int, now: datetime | None = None) -> int:
+    """Delete conversations not updated for `days` days (0 keeps everything).
+
+    Messages, traces and feedback go with them; evaluation cases made from them keep their
+    masked question, and the access log keeps the conversation's id only.
+    """
+    if days <= 0:
+        return 0
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    expired = Conversation.objects.filter(updated_at__lt=cutoff)
+    count = expired.count()
+    expired.delete()
+    return count
 
 
 # --- a turn's writes: as few statements as keep it consistent ------------------------------

@@ -24,12 +24,6 @@ from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from chatrag.admin_utils import (
-    ListFilterLookupsOnly,
-    NoAddOrChangeMixin,
-    ObjectContextAdmin,
-    admin_page,
-)
 from conversations.admin.filters import (
     FLAG_FILTERS,
     ReasonFilter,
@@ -60,6 +54,12 @@ from conversations.review.timeline import (
 )
 from conversations.trace import read_trace, turn_flags
 from retrieval.access import RESTRICTED_PASSAGE, documents_readable
+from retrieval.admin.base import (
+    ListFilterLookupsOnly,
+    NoAddOrChangeMixin,
+    ObjectContextAdmin,
+    admin_page,
+)
 from retrieval.models import Document, EvalCase
 from retrieval.quality.cases import eval_case_create
 from retrieval.services import default_collection

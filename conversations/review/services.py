@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -72,22 +70,6 @@ def traces_mark_reviewed(*, traces: QuerySet[Any], user: User) -> int:
 def traces_mark_open(*, traces: QuerySet[Any]) -> int:
     """Put turns back on the panel."""
     return int(traces.update(reviewed_at=None, reviewed_by=None))
-
-
-@transaction.atomic
-def conversations_purge_expired(*, days: int, now: datetime | None = None) -> int:
-    """Delete conversations not updated for `days` days (0 keeps everything).
-
-    Messages, traces and feedback go with them; evaluation cases made from them keep their
-    masked question, and the access log keeps the conversation's id only.
-    """
-    if days <= 0:
-        return 0
-    cutoff = (now or timezone.now()) - timedelta(days=days)
-    expired = Conversation.objects.filter(updated_at__lt=cutoff)
-    count = expired.count()
-    expired.delete()
-    return count
 
 
 @dataclass

@@ -19,7 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from chatrag.admin_utils import admin_page
+from retrieval.admin.base import admin_page
 from retrieval.evaluation import EvaluationInputError, history_parse
 from retrieval.pipeline.retrieve import REWRITE_MODES, RewriteMode
 from retrieval.pipeline.search import Legs

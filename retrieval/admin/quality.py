@@ -13,8 +13,8 @@ from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from chatrag.admin_utils import ListFilterLookupsOnly, ObjectContextAdmin, admin_page, request_user
 from retrieval.access import DocumentAccess, document_access, documents_readable
+from retrieval.admin.base import ListFilterLookupsOnly, ObjectContextAdmin, admin_page, request_user
 from retrieval.admin.forms import EvaluationRunForm
 from retrieval.admin.playground import may_use_playground, playground_view
 from retrieval.admin.progress import ProgressMixin

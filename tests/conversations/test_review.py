@@ -26,9 +26,12 @@ from conversations.review.selectors import (
     conversations_with_flag,
     traces_with_flag,
 )
-from conversations.review.services import conversations_purge_expired
 from conversations.review.timeline import FLAG_LABELS
-from conversations.services import conversation_create, message_store_user
+from conversations.services import (
+    conversation_create,
+    conversations_purge_expired,
+    message_store_user,
+)
 from conversations.trace import FLAGS, STRONG_RANK, read_trace, turn_flags
 from retrieval.models import EvalCase, EvaluationRun, GlossaryEntry, IngestionJob
 from retrieval.services import default_collection
