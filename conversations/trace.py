@@ -281,6 +281,7 @@ class TraceRewrite:
     anomalies: tuple[str, ...] = ()
     clarification: TraceClarification | None = None  # only when it asked back
     error: str = ""  # why the rewrite fell back, if it did
+    no_search: bool = False  # small talk: nothing was to be searched
 
     @classmethod
     def of(cls, rewrite: RewriteResult) -> TraceRewrite:
@@ -318,6 +319,7 @@ class TraceRewrite:
             if isinstance(clarification, Mapping)
             else None,
             error=_text(data.get("error")),
+            no_search=data.get("no_search") is True,
         )
 
 
@@ -352,6 +354,15 @@ class Trace:
     def total_ms(self) -> float | None:
         """Milliseconds from the message's arrival to the end of its answer, when known."""
         return self.timings_ms.get("to_done")
+
+    @property
+    def found_nothing(self) -> bool:
+        """A search ran and brought back nothing to show.
+
+        Small talk ("obrigado!") searches nothing and shows no sources on purpose: its
+        stored `no_results` is no failure, and puts no turn on the staff's panel.
+        """
+        return self.no_results and not self.rewrite.no_search
 
     @property
     def weak(self) -> bool:
@@ -410,7 +421,7 @@ def turn_flags(trace: Trace, *, slow_ms: float, thumbs_down: bool, thumbs_up: bo
     """
     total = trace.total_ms
     raised = {
-        "no_results": trace.no_results,
+        "no_results": trace.found_nothing,
         "weak": trace.weak,
         "clarified": trace.clarified,
         "anomaly": trace.anomaly,

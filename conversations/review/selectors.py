@@ -65,7 +65,8 @@ def trace_flag_q(flag: str) -> Q:
     conditions = {
         "anomaly": Q(anomaly=True),
         "clarified": Q(clarified=True),
-        "no_results": Q(no_results=True),
+        # Small talk searched nothing on purpose (`Trace.found_nothing`).
+        "no_results": Q(no_results=True) & ~Q(rewrite__contains={"no_search": True}),
         "weak": Q(clarified=False, no_results=False, has_hits=True, corroborated=False),
         "errors": ~Q(errors=[]),
         "slow": Q(total_ms__gt=slow_threshold_ms()),

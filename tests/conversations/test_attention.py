@@ -8,6 +8,7 @@ staff member adds it through the admin, the same question retrieves the right do
 from __future__ import annotations
 
 import html
+import json
 import re
 from typing import Any
 
@@ -19,10 +20,12 @@ from django.urls import reverse
 
 from conversations import turns
 from conversations.models import Message, TurnTrace
+from conversations.review.selectors import attention_traces
 from conversations.review.services import turn_retry
 from conversations.services import conversation_create, message_store_user
-from conversations.trace import read_trace
+from conversations.trace import read_trace, turn_flags
 from retrieval.models import EvalCase, GlossaryEntry
+from tests.conftest import DEMO_KB, SMALL_KB
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -121,3 +124,34 @@ def test_marking_the_right_documents_makes_an_evaluation_case(
     panel = client.get(reverse("admin:conversations_attentionturn_changelist"))
     assert not panel.context["cl"].result_list
     assert Message.objects.filter(pk=failing.message_id).exists()
+
+
+def _judged_demo_turns() -> list[dict[str, Any]]:
+    """The demo's judged turns (demo/eval/tasks.jsonl) whose documents the test base holds."""
+    lines = (DEMO_KB.parent / "eval" / "tasks.jsonl").read_text(encoding="utf-8").splitlines()
+    tasks = [json.loads(line) for line in lines if line.strip()]
+    return [t for t in tasks if t.get("relevant") and set(t["relevant"]) <= set(SMALL_KB)]
+
+
+def test_the_panel_flags_no_good_demo_turn(small_kb: Any, personas: dict[str, User]) -> None:
+    """Turns judged good on the demo set (their first document is a right one) and the small
+    talk after them are not "weak results" nor "no results": the panel lists real trouble."""
+    good = []
+    for task in _judged_demo_turns():
+        conversation = conversation_create(user=personas["ana"])
+        for item in task["history"]:
+            Message.objects.create(conversation=conversation, role=item["role"], text=item["text"])
+        message = message_store_user(conversation=conversation, text=task["question"])
+        async_to_sync(turns.turn_run)(message_id=message.id, emit=_ignore)
+        trace = TurnTrace.objects.get(message=message)
+        if not trace.clarified and _first_document(trace) in task["relevant"]:
+            good.append(trace)
+        if task["id"] == "pt-001":
+            thanks = message_store_user(conversation=conversation, text="valeu, obrigado!")
+            async_to_sync(turns.turn_run)(message_id=thanks.id, emit=_ignore)
+            good.append(TurnTrace.objects.get(message=thanks))
+    assert len(good) >= 6  # not vacuous: most of these turns are good on the real pipeline
+    for trace in good:
+        flags = turn_flags(read_trace(trace), slow_ms=10**9, thumbs_down=False, thumbs_up=False)
+        assert flags == [], (trace.masked_question, flags)
+    assert not attention_traces(TurnTrace.objects.filter(pk__in=[t.pk for t in good])).exists()

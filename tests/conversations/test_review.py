@@ -104,6 +104,7 @@ def make_turn(
     anomaly: bool = False,
     clarified: bool = False,
     no_results: bool = False,
+    small_talk: bool = False,
     answer: str = "O vale-refeição é de R$ 45,00 por dia [1].",
 ) -> Turn:
     conversation = conversation_create(user=owner)
@@ -119,6 +120,7 @@ def make_turn(
             "corrections": {"rmeoto": "remoto"},
             "anomalies": ["prompt injection attempt"] if anomaly else [],
             "needs_clarification": clarified,
+            **({"no_search": True, "small_talk": "thanks"} if small_talk else {}),
         },
         search=search if search is not None else _search(("pt/vr-remoto", 1, 1), ("pt/vr", 2, 5)),
         timings_ms={
@@ -328,6 +330,10 @@ def test_flags_filter_conversations_and_traces(personas: dict[str, User], settin
     odd = make_turn(ana, "estranho", anomaly=True)
     asked = make_turn(ana, "e aí?", clarified=True, search={})
     empty = make_turn(ana, "nada", no_results=True, search={"queries": [], "hits": []})
+    # Small talk searches nothing on purpose: no "no results", not on the panel.
+    thanks = make_turn(
+        ana, "valeu!", no_results=True, small_talk=True, search={"queries": [], "hits": []}
+    )
     expected = {
         "slow": slow,
         "thumbs_down": down,
@@ -344,7 +350,7 @@ def test_flags_filter_conversations_and_traces(personas: dict[str, User], settin
         assert list(traces) == [turn.trace], flag
         assert list(conversations_with_flag(flag)) == [turn.conversation], flag
     # The one Python rule (pages) says what the SQL (filters) says, for every turn and flag.
-    turns = [fine, slow, down, weak, broken, odd, asked, empty]
+    turns = [fine, slow, down, weak, broken, odd, asked, empty, thanks]
     for turn in turns:
         feedback = set(Feedback.objects.filter(message=turn.answer).values_list("value", flat=True))
         in_python = turn_flags(
@@ -359,6 +365,9 @@ def test_flags_filter_conversations_and_traces(personas: dict[str, User], settin
             if traces_with_flag(flag, TurnTrace.objects.filter(pk=turn.trace.pk)).exists()
         ]
         assert in_python == in_sql, turn.question.text
+    assert (
+        turn_flags(read_trace(thanks.trace), slow_ms=5000, thumbs_down=False, thumbs_up=False) == []
+    )
     panel = attention_traces(AttentionTurn.objects.all())
     assert {t.pk for t in panel} == {t.trace.pk for t in (down, weak, odd, empty)}
 
