@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "channels",
     "retrieval",
     "conversations",
+    "conversations.quality",
     "axes",
 ]
 

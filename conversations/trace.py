@@ -13,7 +13,7 @@ The stored `rewrite` is the pipeline's record of the rewrite, `RewriteResult.to_
 whole (the admin's cache filter and audits read fields no page shows); `TraceRewrite` reads
 the part that pages show. The chat's [rewrite] block is built by `rewrite_view` and
 `rewrite_block` for the live frame (`conversations.turns`) and for the stored trace
-(`conversations.views.present`, `conversations.review.timeline`) alike.
+(`conversations.views.present`, `conversations.quality.review.timeline`) alike.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ STRONG_RANK = 3
 STRONG_PATH = (
     f"$.hits[*].found_by[*] ? (@.vector_rank <= {STRONG_RANK} && @.text_rank <= {STRONG_RANK})"
 )
-# Every flag, in the order pages show them; `conversations.review.selectors.trace_flag_q`
+# Every flag, in the order pages show them; `conversations.quality.review.selectors.trace_flag_q`
 # states each in SQL, and tests hold the two together.
 FLAGS = (
     "no_results",

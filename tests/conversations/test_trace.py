@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 
 from conversations import turns
 from conversations.models import TurnTrace
-from conversations.review.timeline import turn_review_for_trace
+from conversations.quality.review.timeline import turn_review_for_trace
 from conversations.services import conversation_create, message_store_user
 from conversations.trace import (
     FoundBy,
