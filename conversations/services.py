@@ -162,6 +162,24 @@ def answer_finish(
         logger.exception("turn %s: could not store its timings", question.id)
 
 
+@transaction.atomic
+def turn_fail(
+    *,
+    question: Message,
+    answer: Message | None,
+    text: str,
+    failure: str,
+    trace: dict[str, Any],
+) -> None:
+    """Record a failed turn: the answer written so far (if it was started) marked failed, the
+    trace with the failure among its errors, and the question failed; together or not at all
+    (an answer never stays "streaming")."""
+    if answer is not None:
+        answer_write(answer=answer, text=text, status=Message.Status.ERROR, error=failure)
+    trace_write(message=question, fields=trace)
+    Message.objects.filter(pk=question.pk).update(status=Message.Status.ERROR)
+
+
 def feedback_set(*, message: Message, user: User, value: int, reason: str = "") -> Feedback:
     """Record (or change) a user's thumbs up/down on an assistant answer."""
     if value not in (1, -1):

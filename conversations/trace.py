@@ -12,8 +12,9 @@ Dataclasses rather than TypedDicts: a TypedDict types the JSON but leaves every 
 The stored `rewrite` is the pipeline's record of the rewrite, `RewriteResult.to_dict()`, kept
 whole (the admin's cache filter and audits read fields no page shows); `TraceRewrite` reads
 the part that pages show. The chat's [rewrite] block is built by `rewrite_view` and
-`rewrite_block` for the live frame (`conversations.turns`) and for the stored trace
-(`conversations.views.present`, `conversations.quality.review.timeline`) alike.
+`rewrite_block` for the live frame (`announced_block`, sent by `conversations.turn`) and for
+the stored trace (`conversations.views.present`, `conversations.quality.review.timeline`)
+alike.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from retrieval.pipeline.types import RewriteResult, SearchQuery
 
 if TYPE_CHECKING:
     from conversations.models import TurnTrace
-    from retrieval.pipeline.retrieve import RetrievalOutcome
+    from retrieval.pipeline.retrieve import RetrievalOutcome, RewriteAnnouncement
 
 QUERY_TYPE_LABELS = {
     "normalize": gettext_lazy("reformulada"),
@@ -392,6 +393,17 @@ def trace_fields(outcome: RetrievalOutcome | None, errors: Sequence[str]) -> dic
     return fields
 
 
+def trace_with_timings(
+    fields: dict[str, Any], timings: Mapping[str, float], errors: Sequence[str] = ()
+) -> dict[str, Any]:
+    """A trace's fields (`trace_fields`) with the turn's frame timings and these errors added."""
+    return {
+        **fields,
+        "timings_ms": {**fields.get("timings_ms", {}), **timings},
+        "errors": list(dict.fromkeys([*fields["errors"], *errors])),
+    }
+
+
 def read_trace(row: TurnTrace) -> Trace:
     """A stored trace, typed: the one reader of its JSON."""
     timings = row.timings_ms if isinstance(row.timings_ms, Mapping) else {}
@@ -491,6 +503,17 @@ def rewrite_view(rewrite: TraceRewrite, searched: Sequence[TraceQuery]) -> Rewri
         clarification=rewrite.clarification,
         error=rewrite.error,
     )
+
+
+def announced_block(announced: RewriteAnnouncement, *, original: str) -> dict[str, Any]:
+    """The live [rewrite] block of a turn, built as the stored trace's is, with the queries
+    in the user's own words (the stored ones stay masked)."""
+    unmask = announced.masker.unmask
+    view = rewrite_view(
+        TraceRewrite.of(announced.rewrite),
+        [TraceQuery.of(q, text=unmask(q.text)) for q in announced.queries],
+    )
+    return rewrite_block(view, original=original, errors=announced.errors)
 
 
 def rewrite_block(view: RewriteView, *, original: str, errors: Sequence[str]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from conversations.models import Conversation, Message, StaffAccessLog, TurnTrac
 from conversations.quality.review.restricted import TurnRedactor, ranking_redacted
 from conversations.selectors import history_before
 from conversations.trace import TraceGlossaryHit, TraceQuery, TraceRewrite, TraceSearch
-from conversations.turns import turn_context, turn_retrieve
+from conversations.turn import turn_context, turn_retrieve
 from retrieval.access import RESTRICTED_PASSAGE
 from retrieval.pipeline.answer import answer_language
 from retrieval.pipeline.fusion import ranked_documents

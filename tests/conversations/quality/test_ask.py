@@ -18,9 +18,9 @@ from django.utils import timezone
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from conversations import turns
 from conversations.models import TurnTrace
 from conversations.services import conversation_create, message_store_user
+from conversations.turn import turn_run
 from retrieval.pipeline.rewrite_llm import llm_policy
 from retrieval.pipeline.rewrite_rules import POLICY_VERSION
 from retrieval.services import _chat_model, retrieval_settings
@@ -125,7 +125,7 @@ def test_sources_and_answer_are_the_turns_own(small_kb: Any, personas: dict[str,
 
     conversation = conversation_create(user=personas["ana"])
     message = message_store_user(conversation=conversation, text=question)
-    async_to_sync(turns.turn_run)(message_id=message.id, emit=emit)
+    async_to_sync(turn_run)(message_id=message.id, emit=emit)
     (cards,) = [f["sources"] for f in frames if f["type"] == "sources"]
     (done,) = [f for f in frames if f["type"] == "done"]
     assert [c["chunk_id"] for c in cards] == [s["chunk"] for s in sources]

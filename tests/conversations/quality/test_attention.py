@@ -18,13 +18,13 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from conversations import turns
 from conversations.models import Message, TurnTrace
 from conversations.quality.models import EvalCase
 from conversations.quality.review.selectors import attention_traces
 from conversations.quality.review.services import turn_retry
 from conversations.services import conversation_create, message_store_user
 from conversations.trace import read_trace, turn_flags
+from conversations.turn import turn_run
 from retrieval.models import GlossaryEntry
 from tests.conftest import DEMO_KB, SMALL_KB
 
@@ -42,7 +42,7 @@ def _ask(user: User, text: str) -> TurnTrace:
     """One real turn, through the same entry point the chat consumer uses."""
     conversation = conversation_create(user=user)
     message = message_store_user(conversation=conversation, text=text)
-    async_to_sync(turns.turn_run)(message_id=message.id, emit=_ignore)
+    async_to_sync(turn_run)(message_id=message.id, emit=_ignore)
     return TurnTrace.objects.get(message=message)
 
 
@@ -143,13 +143,13 @@ def test_the_panel_flags_no_good_demo_turn(small_kb: Any, personas: dict[str, Us
         for item in task["history"]:
             Message.objects.create(conversation=conversation, role=item["role"], text=item["text"])
         message = message_store_user(conversation=conversation, text=task["question"])
-        async_to_sync(turns.turn_run)(message_id=message.id, emit=_ignore)
+        async_to_sync(turn_run)(message_id=message.id, emit=_ignore)
         trace = TurnTrace.objects.get(message=message)
         if not trace.clarified and _first_document(trace) in task["relevant"]:
             good.append(trace)
         if task["id"] == "pt-001":
             thanks = message_store_user(conversation=conversation, text="valeu, obrigado!")
-            async_to_sync(turns.turn_run)(message_id=thanks.id, emit=_ignore)
+            async_to_sync(turn_run)(message_id=thanks.id, emit=_ignore)
             good.append(TurnTrace.objects.get(message=thanks))
     assert len(good) >= 6  # not vacuous: most of these turns are good on the real pipeline
     for trace in good:

@@ -437,7 +437,7 @@ def test_retry_searches_only_what_the_staff_member_may_read_too(
     (the stored ranking shows it as a placeholder); Helena and a superuser get the author's."""
     from asgiref.sync import async_to_sync
 
-    from conversations import turns
+    from conversations.turn import turn_run
 
     async def ignore(event: dict[str, Any]) -> None:
         return None
@@ -446,7 +446,7 @@ def test_retry_searches_only_what_the_staff_member_may_read_too(
     message = message_store_user(
         conversation=conversation, text="qual a faixa salarial e o reajuste de 2026?"
     )
-    async_to_sync(turns.turn_run)(message_id=message.id, emit=ignore)
+    async_to_sync(turn_run)(message_id=message.id, emit=ignore)
     trace = TurnTrace.objects.get(message=message)
     assert SALARY_ID in str(trace.search)  # Rita may read it, so her turn found it
 

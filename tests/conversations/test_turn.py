@@ -23,9 +23,10 @@ from django.db import connection
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from conversations import turns
+from conversations.live import LIVE
 from conversations.models import Conversation, Message, TurnTrace
 from conversations.services import conversation_create, message_store_user
+from conversations.turn import RUNNING, request_stop, start_turn, turn_run
 from retrieval.embeddings import _load
 from retrieval.models import Collection
 from retrieval.services import _chat_model, chat_model
@@ -56,8 +57,8 @@ def release() -> Iterator[threading.Event]:
 
 
 async def _finish_turns() -> None:
-    if turns._TASKS:
-        await asyncio.wait_for(asyncio.gather(*turns._TASKS, return_exceptions=True), WAIT_S)
+    if RUNNING:
+        await asyncio.wait_for(asyncio.gather(*RUNNING, return_exceptions=True), WAIT_S)
 
 
 @pytest_asyncio.fixture(autouse=True)
@@ -165,7 +166,7 @@ async def _turn(user: Any, text: str) -> tuple[list[dict[str, Any]], Message]:
     async def emit(event: dict[str, Any]) -> None:
         frames.append(event)
 
-    await asyncio.wait_for(turns.turn_run(message_id=message.id, emit=emit), WAIT_S)
+    await asyncio.wait_for(turn_run(message_id=message.id, emit=emit), WAIT_S)
     return frames, message
 
 
@@ -411,8 +412,8 @@ async def _start_and_wait_for_first_delta(
         if event["type"] == "delta":
             first_delta.set()
 
-    turns.start_turn(message_id=message.id, emit=emit, received_at=time.perf_counter())
-    (task,) = turns._TASKS
+    start_turn(message_id=message.id, emit=emit, received_at=time.perf_counter())
+    (task,) = RUNNING
     await asyncio.wait_for(first_delta.wait(), WAIT_S)
     return message, task, frames
 
@@ -441,7 +442,7 @@ async def test_stop_mid_answer_stores_the_partial_text_as_stopped(
         answer=_slow_stream(release),
     )
     message, task, frames = await _start_and_wait_for_first_delta(personas["ana"])
-    assert turns.request_stop(message.id) is True
+    assert request_stop(message.id) is True
     release.set()
     await asyncio.wait_for(task, WAIT_S)
     done = frames[-1]
@@ -449,8 +450,8 @@ async def test_stop_mid_answer_stores_the_partial_text_as_stopped(
     assert done["text"] == "Você tem direito a 30 dias [1]"
     _user, answer, _trace = await _stored(message)
     assert (answer.status, answer.text) == ("stopped", "Você tem direito a 30 dias [1]")
-    assert message.id not in turns.LIVE
-    assert turns.request_stop(message.id) is False  # nothing left to stop
+    assert message.id not in LIVE
+    assert request_stop(message.id) is False  # nothing left to stop
 
 
 async def test_stop_while_the_model_stalls_ends_the_turn_without_waiting_for_it(
@@ -469,7 +470,7 @@ async def test_stop_while_the_model_stalls_ends_the_turn_without_waiting_for_it(
         answer=_slow_stream(release),
     )
     message, task, frames = await _start_and_wait_for_first_delta(personas["ana"])
-    turns.request_stop(message.id)
+    request_stop(message.id)
     await asyncio.wait_for(task, WAIT_S)  # the server is still stalled here
     assert not release.is_set()
     assert (frames[-1]["type"], frames[-1]["status"]) == ("done", "stopped")
@@ -535,13 +536,13 @@ async def test_turn_that_cannot_load_its_message_emits_an_error_frame() -> None:
     async def emit(event: dict[str, Any]) -> None:
         frames.append(event)
 
-    await asyncio.wait_for(turns.turn_run(message_id=987654321, emit=emit), WAIT_S)
+    await asyncio.wait_for(turn_run(message_id=987654321, emit=emit), WAIT_S)
     (error,) = frames
     assert error["type"] == "error"
     assert error["reply_to"] == 987654321
     assert error["detail"] == "DoesNotExist"
     assert "tente de novo" in error["message"]
-    assert 987654321 not in turns.LIVE
+    assert 987654321 not in LIVE
 
 
 async def test_turn_that_cannot_load_its_message_answers_in_the_default_language(
@@ -554,7 +555,7 @@ async def test_turn_that_cannot_load_its_message_answers_in_the_default_language
     async def emit(event: dict[str, Any]) -> None:
         frames.append(event)
 
-    await asyncio.wait_for(turns.turn_run(message_id=987654321, emit=emit), WAIT_S)
+    await asyncio.wait_for(turn_run(message_id=987654321, emit=emit), WAIT_S)
     (error,) = frames
     assert "please try again" in error["message"]
 
@@ -571,7 +572,7 @@ async def test_a_failing_emit_does_not_lose_the_answer(
             raise ConnectionError("channel layer unavailable")
         sent.append(event["type"])
 
-    await asyncio.wait_for(turns.turn_run(message_id=message.id, emit=emit), WAIT_S)
+    await asyncio.wait_for(turn_run(message_id=message.id, emit=emit), WAIT_S)
     assert sent == ["rewrite", "sources"]
     user, answer, _trace = await _stored(message)
     assert user.status == Message.Status.COMPLETE
@@ -655,7 +656,7 @@ async def test_thanks_after_an_answer_is_answered_politely_without_searching(
     async def emit(event: dict[str, Any]) -> None:
         replies.append(event)
 
-    await asyncio.wait_for(turns.turn_run(message_id=thanks.id, emit=emit), WAIT_S)
+    await asyncio.wait_for(turn_run(message_id=thanks.id, emit=emit), WAIT_S)
     # No sources frame: the previous topic is not reopened, and nothing was searched.
     assert _types(replies) == ["rewrite", "done"]
     assert replies[0]["queries"] == []
