@@ -14,6 +14,21 @@ app = Celery("chatrag")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+
+@app.task(name="chatrag.purge_layer_messages")
+def purge_layer_messages() -> int:
+    """Delete the Postgres channel layer's expired messages (run by Celery beat).
+
+    The layer is wiring (`chatrag.layers`), so its upkeep is declared with the Celery app, not
+    in an app. Imported when it runs: the layer's module loads channels_postgres' models,
+    which are not an installed app in the Redis set-up (a worker importing it at start-up
+    died there).
+    """
+    from chatrag.layers import expired_messages_delete
+
+    return expired_messages_delete()
+
+
 _BROKER_FOLDERS = ("data_folder_in", "data_folder_out", "processed_folder", "control_folder")
 
 

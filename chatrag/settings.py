@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "channels",
     "retrieval",
     "conversations",
+    "conversations.quality",
     "axes",
 ]
 
@@ -215,7 +216,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     # The Postgres channel layer's expired messages hold questions and answers as sent.
     "purge-channel-layer-messages": {
-        "task": "conversations.purge_layer_messages",
+        "task": "chatrag.purge_layer_messages",
         "schedule": 60,
     },
 }

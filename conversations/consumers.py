@@ -4,7 +4,8 @@ Frames in: {"type": "open", "conversation": id}, {"type": "message", "conversati
 "text": str}, {"type": "stop", "message_id": id}, {"type": "ping"}.
 Frames out: conversation, accepted, rewrite, clarify, sources, delta, done, snapshot, error.
 
-- Parsing and validation are pure (`conversations.frames`); here: authorise, act, send.
+- Frames are parsed, validated and built in `conversations.frames` (pure); here: authorise,
+  act, send.
 - Every socket joins its user's group (`user_group_name`). Signing out closes that session's
   sockets at once, server side; deactivation, a password change or deletion makes every
   socket of the user re-check its session and close if it ended (`sockets_recheck`, sent
@@ -45,7 +46,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.http import Http404
 
-from conversations import live, turns
+from conversations import frames, live
 from conversations.frames import (
     MAX_FRAME_BYTES,
     FrameError,
@@ -58,6 +59,7 @@ from conversations.frames import (
 from conversations.models import Conversation, Message
 from conversations.selectors import SessionSeen, conversation_get, session_unchanged
 from conversations.services import conversation_create, message_store_user
+from conversations.turn import in_db_thread, start_turn
 
 __all__ = [
     "CLOSE_TOO_MANY_SOCKETS",
@@ -72,7 +74,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 rate_limited = live.rate_limited
-_session_unchanged = turns.in_db_thread(session_unchanged)
+_session_unchanged = in_db_thread(session_unchanged)
 # How long a stop sent to another process may take to be confirmed before the user is told.
 STOP_ACK_S = 3.0
 # After a refusal, the socket refuses that kind of frame for this long without asking the
@@ -222,7 +224,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if self.session_ended or self.over_cap:
             return
         if isinstance(frame, Ping):
-            await self._send({"type": "pong"})
+            await self._send(frames.pong())
             return
         # Before the session check, which reads the database; a message is counted only
         # if refused (`_message`): an accepted one costs one count, not two.
@@ -373,15 +375,14 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if existing is None:
             # Only now: the page takes the new conversation's address from this frame, and a
             # reload of that address must find the message in it.
-            await self._send({"type": "conversation", "id": conversation.id})
+            await self._send(frames.conversation(conversation.id))
         await self._send(
-            {
-                "type": "accepted",
-                "message_id": message.id,
-                "conversation": conversation.id,
-                "client_id": frame.client_id,
-                "text": frame.text,
-            }
+            frames.accepted(
+                message_id=message.id,
+                conversation_id=conversation.id,
+                client_id=frame.client_id,
+                text=frame.text,
+            )
         )
         relay = GroupRelay(self.channel_layer, group_name(conversation.id), self.channel_name)
 
@@ -396,7 +397,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
                     logger.info("turn frame not sent to its socket: %r", exc)
             await relay.add(event)
 
-        turns.start_turn(message_id=message.id, emit=emit, received_at=received_at)
+        start_turn(message_id=message.id, emit=emit, received_at=received_at)
 
     async def _stop(self, frame: Stop) -> None:
         owned = await database_sync_to_async(
@@ -478,7 +479,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.send(text_data=json.dumps(payload, ensure_ascii=False))
 
     async def _error(self, code: str, message: str) -> None:
-        await self._send({"type": "error", "code": code, "message": message})
+        await self._send(frames.error(code, message))
 
 
 @database_sync_to_async
@@ -502,12 +503,8 @@ def _live_snapshots(conversation_id: int) -> list[dict[str, Any]]:
         running = live.LIVE.get(answer.reply_to_id or 0)
         text = running.text if running is not None else answer.text
         snapshots.append(
-            {
-                "type": "snapshot",
-                "message_id": answer.id,
-                "reply_to": answer.reply_to_id,
-                "text": text,
-                "sources": answer.sources,
-            }
+            frames.snapshot(
+                answer_id=answer.id, reply_to=answer.reply_to_id, text=text, sources=answer.sources
+            )
         )
     return snapshots

@@ -1,17 +1,25 @@
-"""Parse and validate the chat WebSocket's incoming frames (pure: no I/O, no Django).
+"""The chat WebSocket's frames, both ways (pure: no I/O, no Django): the wire protocol.
 
+In: `parse_frame` turns what a socket received into `Open`, `Send`, `Stop` or `Ping`.
 - Every way a frame can be wrong is a `FrameError` with a stable `code` the browser can act on
   and a short message; nothing else is ever raised, whatever the client sends.
 - The size cap is checked before parsing, so a huge or deeply nested frame costs no parsing.
 - Ids must be real JSON integers (not strings, not booleans); the user's text is cleaned of
   control and invisible characters before its length is checked.
+
+Out: one builder per frame the server sends (chat.js reads them): `conversation`,
+`accepted`, `snapshot`, `pong` and `error` from the consumer; a turn's `rewrite`, then
+`clarify`, or `done` at once (small talk), or `sources`, `delta`..., `done`; or `error`.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
+
+from retrieval.pipeline.fusion import MergedHit
 
 MAX_FRAME_BYTES: Final = 64 * 1024
 MAX_CLIENT_ID_CHARS: Final = 64
@@ -136,3 +144,127 @@ def parse_frame(text_data: str | None, bytes_data: bytes | None, *, max_chars: i
         return Stop(message_id=message_id)
     shown = "".join(ch for ch in str(kind)[:30] if ch.isprintable())
     raise FrameError("unknown_type", f"Unknown frame type {shown!r}.")
+
+
+# --- out: what the server sends ---------------------------------------------------------------
+
+Outbound = dict[str, Any]
+SNIPPET_CHARS: Final = 280
+
+
+def pong() -> Outbound:
+    return {"type": "pong"}
+
+
+def error(code: str, message: str) -> Outbound:
+    """A frame refused, or the socket's state: `code` names why (`FrameError.code` and the
+    consumer's own: rate_limited, not_found, unauthorized, too_many_sockets, stop_failed)."""
+    return {"type": "error", "code": code, "message": message}
+
+
+def conversation(conversation_id: int) -> Outbound:
+    """The conversation a first message started (the page takes its address from it)."""
+    return {"type": "conversation", "id": conversation_id}
+
+
+def accepted(*, message_id: int, conversation_id: int, client_id: str, text: str) -> Outbound:
+    """The user's message is stored; its turn has started."""
+    return {
+        "type": "accepted",
+        "message_id": message_id,
+        "conversation": conversation_id,
+        "client_id": client_id,
+        "text": text,
+    }
+
+
+def snapshot(
+    *, answer_id: int, reply_to: int | None, text: str, sources: Sequence[Mapping[str, Any]]
+) -> Outbound:
+    """An answer still being written, as far as it goes (a socket that opens its conversation)."""
+    return {
+        "type": "snapshot",
+        "message_id": answer_id,
+        "reply_to": reply_to,
+        "text": text,
+        "sources": sources,
+    }
+
+
+def rewrite(*, message_id: int, block: Mapping[str, Any]) -> Outbound:
+    """What the turn will search (`conversations.trace.rewrite_block`), before it searches."""
+    return {"type": "rewrite", "message_id": message_id, **block}
+
+
+def clarify(*, answer_id: int, reply_to: int, question: str, options: Sequence[str]) -> Outbound:
+    """The turn asks back; each option is a reading the page offers as a button."""
+    return {
+        "type": "clarify",
+        "message_id": answer_id,
+        "reply_to": reply_to,
+        "question": question,
+        "options": list(options),
+    }
+
+
+def source_cards(
+    passages: Sequence[MergedHit], *, document_url: Callable[[int], str]
+) -> list[Outbound]:
+    """The numbered source cards of an answer ([1]..[n], as its citations number them);
+    `document_url(document_id)` is the document page's path. Stored with the answer too."""
+    cards = []
+    for number, item in enumerate(passages, start=1):
+        hit = item.hit
+        snippet = " ".join(hit.text.split())
+        cards.append(
+            {
+                "n": number,
+                "document_id": hit.document_id,
+                "chunk_id": hit.chunk_id,
+                "title": hit.title,
+                "section": hit.heading,
+                "snippet": snippet[:SNIPPET_CHARS] + ("…" if len(snippet) > SNIPPET_CHARS else ""),
+                "url": f"{document_url(hit.document_id)}?chunk={hit.chunk_id}#chunk-{hit.chunk_id}",
+            }
+        )
+    return cards
+
+
+def sources(*, answer_id: int, reply_to: int, cards: Sequence[Mapping[str, Any]]) -> Outbound:
+    """The passages the answer is written from, before its first word."""
+    return {"type": "sources", "message_id": answer_id, "reply_to": reply_to, "sources": cards}
+
+
+def delta(*, answer_id: int, offset: int, piece: str) -> Outbound:
+    """A piece of the answer; `offset` is where it starts in the text (a snapshot skips)."""
+    return {"type": "delta", "message_id": answer_id, "offset": offset, "delta": piece}
+
+
+def done(
+    *,
+    answer_id: int,
+    reply_to: int,
+    status: str,
+    text: str,
+    extractive: bool,
+    timings_ms: Mapping[str, float],
+    small_talk: str | None = None,
+) -> Outbound:
+    """The turn's end, stored before it goes out: its whole answer and status."""
+    frame: Outbound = {
+        "type": "done",
+        "message_id": answer_id,
+        "reply_to": reply_to,
+        "status": status,
+        "text": text,
+        "extractive": extractive,
+    }
+    if small_talk is not None:
+        frame["small_talk"] = small_talk
+    frame["timings_ms"] = timings_ms
+    return frame
+
+
+def turn_error(*, reply_to: int, message: str, detail: str) -> Outbound:
+    """The turn failed: the user's message is kept, the page offers to ask again."""
+    return {"type": "error", "reply_to": reply_to, "message": message, "detail": detail}

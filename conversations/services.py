@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -54,6 +54,22 @@ def message_store_user(*, conversation: Conversation, text: str) -> Message:
     conversation.updated_at = timezone.now()
     conversation.save(update_fields=["title", "updated_at"])
     return message
+
+
+@transaction.atomic
+def conversations_purge_expired(*, days: int, now: datetime | None = None) -> int:
+    """Delete conversations not updated for `days` days (0 keeps everything).
+
+    Messages, traces and feedback go with them; evaluation cases made from them keep their
+    masked question, and the access log keeps the conversation's id only.
+    """
+    if days <= 0:
+        return 0
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    expired = Conversation.objects.filter(updated_at__lt=cutoff)
+    count = expired.count()
+    expired.delete()
+    return count
 
 
 # --- a turn's writes: as few statements as keep it consistent ------------------------------
@@ -144,6 +160,24 @@ def answer_finish(
             )
     except DatabaseError:
         logger.exception("turn %s: could not store its timings", question.id)
+
+
+@transaction.atomic
+def turn_fail(
+    *,
+    question: Message,
+    answer: Message | None,
+    text: str,
+    failure: str,
+    trace: dict[str, Any],
+) -> None:
+    """Record a failed turn: the answer written so far (if it was started) marked failed, the
+    trace with the failure among its errors, and the question failed; together or not at all
+    (an answer never stays "streaming")."""
+    if answer is not None:
+        answer_write(answer=answer, text=text, status=Message.Status.ERROR, error=failure)
+    trace_write(message=question, fields=trace)
+    Message.objects.filter(pk=question.pk).update(status=Message.Status.ERROR)
 
 
 def feedback_set(*, message: Message, user: User, value: int, reason: str = "") -> Feedback:

@@ -7,7 +7,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from conversations.review.services import conversations_purge_expired
+from conversations.services import conversations_purge_expired
 
 logger = logging.getLogger(__name__)
 
@@ -19,15 +19,3 @@ def purge_expired() -> int:
     if count:
         logger.info("retention: deleted %d conversations", count)
     return count
-
-
-@shared_task(name="conversations.purge_layer_messages")
-def purge_layer_messages() -> int:
-    """Delete the Postgres channel layer's expired messages (run by Celery beat).
-
-    Imported here: the layer's module loads channels_postgres' models, which are not an
-    installed app in the Redis set-up (a worker importing it at start-up died there).
-    """
-    from chatrag.layers import expired_messages_delete
-
-    return expired_messages_delete()

@@ -12,8 +12,9 @@ Dataclasses rather than TypedDicts: a TypedDict types the JSON but leaves every 
 The stored `rewrite` is the pipeline's record of the rewrite, `RewriteResult.to_dict()`, kept
 whole (the admin's cache filter and audits read fields no page shows); `TraceRewrite` reads
 the part that pages show. The chat's [rewrite] block is built by `rewrite_view` and
-`rewrite_block` for the live frame (`conversations.turns`) and for the stored trace
-(`conversations.views.present`, `conversations.review.timeline`) alike.
+`rewrite_block` for the live frame (`announced_block`, sent by `conversations.turn`) and for
+the stored trace (`conversations.views.present`, `conversations.quality.review.timeline`)
+alike.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from retrieval.pipeline.types import RewriteResult, SearchQuery
 
 if TYPE_CHECKING:
     from conversations.models import TurnTrace
-    from retrieval.pipeline.retrieve import RetrievalOutcome
+    from retrieval.pipeline.retrieve import RetrievalOutcome, RewriteAnnouncement
 
 QUERY_TYPE_LABELS = {
     "normalize": gettext_lazy("reformulada"),
@@ -55,7 +56,7 @@ STRONG_RANK = 3
 STRONG_PATH = (
     f"$.hits[*].found_by[*] ? (@.vector_rank <= {STRONG_RANK} && @.text_rank <= {STRONG_RANK})"
 )
-# Every flag, in the order pages show them; `conversations.review.selectors.trace_flag_q`
+# Every flag, in the order pages show them; `conversations.quality.review.selectors.trace_flag_q`
 # states each in SQL, and tests hold the two together.
 FLAGS = (
     "no_results",
@@ -281,6 +282,7 @@ class TraceRewrite:
     anomalies: tuple[str, ...] = ()
     clarification: TraceClarification | None = None  # only when it asked back
     error: str = ""  # why the rewrite fell back, if it did
+    no_search: bool = False  # small talk: nothing was to be searched
 
     @classmethod
     def of(cls, rewrite: RewriteResult) -> TraceRewrite:
@@ -318,6 +320,7 @@ class TraceRewrite:
             if isinstance(clarification, Mapping)
             else None,
             error=_text(data.get("error")),
+            no_search=data.get("no_search") is True,
         )
 
 
@@ -354,6 +357,15 @@ class Trace:
         return self.timings_ms.get("to_done")
 
     @property
+    def found_nothing(self) -> bool:
+        """A search ran and brought back nothing to show.
+
+        Small talk ("obrigado!") searches nothing and shows no sources on purpose: its
+        stored `no_results` is no failure, and puts no turn on the staff's panel.
+        """
+        return self.no_results and not self.rewrite.no_search
+
+    @property
     def weak(self) -> bool:
         """Results came back, but none is backed by both search legs."""
         if self.clarified or self.no_results or not self.search.hits:
@@ -379,6 +391,17 @@ def trace_fields(outcome: RetrievalOutcome | None, errors: Sequence[str]) -> dic
             no_results=not outcome.passages,
         )
     return fields
+
+
+def trace_with_timings(
+    fields: dict[str, Any], timings: Mapping[str, float], errors: Sequence[str] = ()
+) -> dict[str, Any]:
+    """A trace's fields (`trace_fields`) with the turn's frame timings and these errors added."""
+    return {
+        **fields,
+        "timings_ms": {**fields.get("timings_ms", {}), **timings},
+        "errors": list(dict.fromkeys([*fields["errors"], *errors])),
+    }
 
 
 def read_trace(row: TurnTrace) -> Trace:
@@ -410,7 +433,7 @@ def turn_flags(trace: Trace, *, slow_ms: float, thumbs_down: bool, thumbs_up: bo
     """
     total = trace.total_ms
     raised = {
-        "no_results": trace.no_results,
+        "no_results": trace.found_nothing,
         "weak": trace.weak,
         "clarified": trace.clarified,
         "anomaly": trace.anomaly,
@@ -480,6 +503,17 @@ def rewrite_view(rewrite: TraceRewrite, searched: Sequence[TraceQuery]) -> Rewri
         clarification=rewrite.clarification,
         error=rewrite.error,
     )
+
+
+def announced_block(announced: RewriteAnnouncement, *, original: str) -> dict[str, Any]:
+    """The live [rewrite] block of a turn, built as the stored trace's is, with the queries
+    in the user's own words (the stored ones stay masked)."""
+    unmask = announced.masker.unmask
+    view = rewrite_view(
+        TraceRewrite.of(announced.rewrite),
+        [TraceQuery.of(q, text=unmask(q.text)) for q in announced.queries],
+    )
+    return rewrite_block(view, original=original, errors=announced.errors)
 
 
 def rewrite_block(view: RewriteView, *, original: str, errors: Sequence[str]) -> dict[str, Any]:

@@ -1,9 +1,8 @@
 """Celery tasks of the retrieval app, as the worker finds them (`autodiscover_tasks`).
 
 Each task is a thin wrapper that takes ids and calls one service; it is declared beside the
-service that queues it (`retrieval.ingestion.jobs`, `retrieval.quality.runs`), so that queueing
-a task imports nothing back. This module imports them for the worker and sweeps stale jobs
-when a worker starts.
+service that queues it (`retrieval.ingestion.jobs`), so that queueing a task imports nothing
+back. This module imports them for the worker and sweeps stale jobs when a worker starts.
 """
 
 from __future__ import annotations
@@ -14,9 +13,8 @@ from typing import Any
 from celery.signals import worker_ready
 
 from retrieval.ingestion.jobs import ingest_job, ingest_job_part, ingestion_jobs_sweep_stale
-from retrieval.quality.runs import evaluate_run
 
-__all__ = ["evaluate_run", "ingest_job", "ingest_job_part"]
+__all__ = ["ingest_job", "ingest_job_part"]
 logger = logging.getLogger(__name__)
 
 

@@ -95,7 +95,7 @@ def measure_turns(turns: int) -> dict[str, Any]:
     from conversations.models import Conversation, TurnTrace
     from conversations.services import message_store_user
     from conversations.trace import read_trace
-    from conversations.turns import turn_run
+    from conversations.turn import turn_run
     from retrieval.embeddings import get_embedder
 
     tasks = [

@@ -36,12 +36,12 @@ import django  # noqa: E402
 
 django.setup()
 
-from retrieval.embeddings import get_embedder  # noqa: E402
-from retrieval.evaluation import (  # noqa: E402
+from conversations.quality.datasets import (  # noqa: E402
     evaluation_collection_load,
     glossary_load,
     tasks_load,
 )
+from retrieval.embeddings import get_embedder  # noqa: E402
 from retrieval.pipeline.metrics import percentile  # noqa: E402
 from retrieval.pipeline.retrieve import retrieve  # noqa: E402
 from retrieval.pipeline.search import Scope, SearchRequest  # noqa: E402

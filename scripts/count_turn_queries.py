@@ -172,7 +172,7 @@ async def _measure(args: argparse.Namespace, trips: RoundTrips) -> dict[str, Any
     from conversations.consumers import ChatConsumer
     from conversations.models import Conversation, Message
     from conversations.services import message_store_user
-    from conversations.turns import turn_run
+    from conversations.turn import turn_run
     from retrieval.embeddings import get_embedder
     from retrieval.pipeline.metrics import percentile
 
@@ -228,9 +228,9 @@ async def _measure(args: argparse.Namespace, trips: RoundTrips) -> dict[str, Any
         with trips.counting():
             await socket.send_json_to(frame)
             last = (await frames_until("done", "clarify", "error"))[-1]["type"]
-            from conversations import turns
+            from conversations.turn import RUNNING
 
-            await asyncio.gather(*turns._TASKS)  # its last writes (none after the frame)
+            await asyncio.gather(*RUNNING)  # its last writes (none after the frame)
         if args.verbose and not per_turn:
             print(f"the statements of one turn ({task['id']}), in order:")
             for thread, sql in trips.statements:

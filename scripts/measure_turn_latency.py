@@ -1,7 +1,7 @@
 """Time a chat turn's stages on the demo knowledge base, as the consumer runs them.
 
 Runs every judged question of demo/eval/tasks.jsonl (with its history stored as earlier
-messages) through `conversations.turns.turn_run` and prints p50/p95 of the time from the
+messages) through `conversations.turn.turn_run` and prints p50/p95 of the time from the
 user's message to the `rewrite` frame, the `sources` frame, the first `delta` and `done`.
 In-process: WebSocket transport is not included. Uses the configured database (the embedded
 one by default) and its `company` collection, so run `make run` (or `manage.py seed_demo`)
@@ -35,7 +35,7 @@ def main() -> int:
     from django.contrib.auth.models import User
 
     from conversations.models import Conversation, Message
-    from conversations.turns import turn_run
+    from conversations.turn import turn_run
     from retrieval.pipeline.metrics import percentile
 
     parser = argparse.ArgumentParser()

@@ -79,6 +79,17 @@ def _channel_layer_on_test_db(settings: Any) -> Iterator[None]:
 
 
 @pytest.fixture
+def eager_celery() -> Iterator[None]:
+    """Tasks queued on commit run inline, as the worker would run them."""
+    from chatrag.celery import app
+
+    saved = (app.conf.task_always_eager, app.conf.task_eager_propagates)
+    app.conf.task_always_eager = app.conf.task_eager_propagates = True
+    yield
+    app.conf.task_always_eager, app.conf.task_eager_propagates = saved
+
+
+@pytest.fixture
 def personas(db: None) -> dict[str, Any]:
     """Ana (employee), Rita (member of the restricted HR group), Carlos (another area)."""
     from django.contrib.auth.models import Group, User

@@ -182,10 +182,10 @@ async def finish_turns() -> None:
     """Wait for the turns started by consumers: they write to the database, flushed next."""
     import asyncio
 
-    from conversations import turns
+    from conversations.turn import RUNNING
 
-    if turns._TASKS:
-        await asyncio.wait_for(asyncio.gather(*turns._TASKS, return_exceptions=True), WS_WAIT_S)
+    if RUNNING:
+        await asyncio.wait_for(asyncio.gather(*RUNNING, return_exceptions=True), WS_WAIT_S)
 
 
 async def close_postgres_layer() -> None:

@@ -14,8 +14,8 @@ from django.db import connections
 from django.test import Client
 from django.urls import reverse
 
+from chatrag.celery import purge_layer_messages
 from conversations.models import Conversation
-from conversations.tasks import purge_layer_messages
 
 pytestmark = pytest.mark.django_db(databases="__all__")
 CPF = "529.982.247-25"

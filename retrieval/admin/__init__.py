@@ -1,14 +1,14 @@
-"""Admin for the knowledge base: documents and ingestion, glossary, retrieval quality."""
+"""Admin for the knowledge base: collections, documents and ingestion, the glossary.
+
+`base` holds what every admin class of the apps shares (conversations' quality pages too).
+"""
 
 from retrieval.admin.documents import CollectionAdmin, DocumentAdmin, IngestionJobAdmin
 from retrieval.admin.glossary import GlossaryEntryAdmin
-from retrieval.admin.quality import EvalCaseAdmin, EvaluationRunAdmin
 
 __all__ = [
     "CollectionAdmin",
     "DocumentAdmin",
-    "EvalCaseAdmin",
-    "EvaluationRunAdmin",
     "GlossaryEntryAdmin",
     "IngestionJobAdmin",
 ]

@@ -14,14 +14,14 @@ from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from chatrag.admin_utils import (
+from retrieval.access import documents_readable
+from retrieval.admin.base import (
     ListFilterLookupsOnly,
     NoAddOrChangeMixin,
     ObjectContextAdmin,
     admin_page,
     request_user,
 )
-from retrieval.access import documents_readable
 from retrieval.admin.forms import DocumentUploadForm
 from retrieval.admin.progress import ProgressMixin
 from retrieval.documents import documents_delete, documents_reindex, documents_upload

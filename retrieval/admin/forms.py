@@ -15,11 +15,9 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from retrieval.documents import UploadError, clean_folder
-from retrieval.evaluation import EvaluationInputError, tasks_parse
 from retrieval.ingestion.parsers import SUPPORTED_SUFFIXES
-from retrieval.models import Collection, EvaluationRun
+from retrieval.models import Collection
 from retrieval.pipeline.glossary import parse_glossary_json
-from retrieval.quality.runs import evaluation_modes_available
 from retrieval.services import default_collection
 
 
@@ -41,11 +39,12 @@ class MultipleFileField(forms.FileField):
         return [single(data, initial)]
 
 
-def _collections() -> Any:
+def company_collections() -> Any:
+    """The knowledge bases staff work on (evaluation corpora have collections of their own)."""
     return Collection.objects.filter(is_evaluation=False).order_by("name")
 
 
-def _offer_collections(form: forms.Form, queryset: Any) -> None:
+def offer_collections(form: forms.Form, queryset: Any) -> None:
     """Offer these collections in the form's `collection` field, the default one chosen."""
     collection = form.fields["collection"]
     assert isinstance(collection, forms.ModelChoiceField)
@@ -79,7 +78,7 @@ class DocumentUploadForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        _offer_collections(self, _collections())
+        offer_collections(self, company_collections())
 
     def clean_uploads(self) -> list[UploadedFile]:
         files: list[UploadedFile] = self.cleaned_data["uploads"]
@@ -120,7 +119,7 @@ class GlossaryImportForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        _offer_collections(self, Collection.objects.order_by("name"))
+        offer_collections(self, Collection.objects.order_by("name"))
 
     def clean_file(self) -> object:
         upload: UploadedFile = self.cleaned_data["file"]
@@ -131,72 +130,4 @@ class GlossaryImportForm(forms.Form):
             raise forms.ValidationError(_("Not a JSON file: %(error)s") % {"error": exc}) from exc
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from exc
-        return data
-
-
-class EvaluationRunForm(forms.Form):
-    source = forms.ChoiceField(
-        choices=[
-            (EvaluationRun.Source.CASES, gettext_lazy("the evaluation cases marked by staff")),
-            (EvaluationRun.Source.FILE, gettext_lazy("an uploaded tasks file")),
-        ],
-        widget=forms.RadioSelect,
-        initial=EvaluationRun.Source.CASES,
-    )
-    tasks_file = forms.FileField(
-        required=False,
-        help_text=gettext_lazy(
-            'JSON Lines, one task a line: {"id", "history": [{"role", "text"}], "question", '
-            '"relevant": [document ids], "category"} (as demo/eval/tasks.jsonl).'
-        ),
-    )
-    collection = forms.ModelChoiceField(queryset=Collection.objects.none(), empty_label=None)
-    modes = forms.MultipleChoiceField(
-        widget=forms.CheckboxSelectMultiple,
-        help_text=gettext_lazy(
-            "“none” searches the question as typed: compare it with the rewriting modes."
-        ),
-    )
-    ks = forms.CharField(
-        label=gettext_lazy("k"),
-        initial="5,10",
-        help_text=gettext_lazy("recall@k for these k"),
-    )
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        _offer_collections(self, _collections())
-        modes = self.fields["modes"]
-        assert isinstance(modes, forms.MultipleChoiceField)
-        available = evaluation_modes_available()
-        modes.choices = [(m, m) for m in available]
-        modes.initial = [m for m in available if m in {"none", "rules", "llm"}]
-
-    def clean_ks(self) -> list[int]:
-        try:
-            ks = sorted({int(k) for k in self.cleaned_data["ks"].split(",") if k.strip()})
-        except ValueError as exc:
-            raise forms.ValidationError(_("Numbers like 5,10.")) from exc
-        if not ks or ks[0] < 1 or ks[-1] > 100:
-            raise forms.ValidationError(_("Numbers between 1 and 100."))
-        return ks
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if data.get("source") == EvaluationRun.Source.FILE:
-            upload: UploadedFile | None = data.get("tasks_file")
-            if upload is None:
-                self.add_error("tasks_file", _("Upload the tasks file."))
-                return data
-            try:
-                text = upload.read().decode("utf-8")
-                tasks_parse(text, name=upload.name or "tasks")
-            except UnicodeDecodeError:
-                self.add_error("tasks_file", _("The file is not UTF-8 text."))
-                return data
-            except EvaluationInputError as exc:
-                self.add_error("tasks_file", str(exc))
-                return data
-            data["records"] = [json.loads(line) for line in text.splitlines() if line.strip()]
-            data["label"] = upload.name or "tasks"
         return data

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from chatrag.admin_utils import admin_page
+from retrieval.admin.base import admin_page
 from retrieval.admin.forms import GlossaryImportForm
 from retrieval.glossary_io import glossary_export, glossary_import
 from retrieval.models import Collection, GlossaryEntry

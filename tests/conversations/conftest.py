@@ -36,11 +36,11 @@ async def ws_settled() -> AsyncIterator[None]:
     loop) is closed."""
     from django.core.cache import cache
 
-    from conversations import turns
+    from conversations.live import LIVE
 
     await cache.aclear()
     yield
     await finish_turns()
     await close_postgres_layer()
     await cache.aclear()
-    turns.LIVE.clear()
+    LIVE.clear()

@@ -19,7 +19,7 @@ from django.urls import NoReverseMatch, reverse
 
 from chatrag.middleware import DEFAULT_CSP
 from retrieval.models import GlossaryEntry
-from tests.conversations.test_review import CPF, _review_urls, make_turn
+from tests.conversations.quality.test_review import CPF, _review_urls, make_turn
 
 pytestmark = pytest.mark.django_db
 
@@ -107,7 +107,7 @@ def _admin_urls(turn: Any) -> list[str]:
         if first is not None:
             name = f"admin:{opts.app_label}_{opts.model_name}_change"
             urls.append(reverse(name, args=[first.pk]))
-    urls.append(reverse("admin:retrieval_evaluationrun_playground"))
+    urls.append(reverse("admin:quality_evaluationrun_playground"))
     return list(dict.fromkeys(urls))
 
 

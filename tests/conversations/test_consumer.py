@@ -16,8 +16,8 @@ from channels.testing import WebsocketCommunicator
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from conversations import turns
 from conversations.models import Conversation, Message, TurnTrace
+from conversations.turn import RUNNING
 from retrieval.models import Document
 from retrieval.services import _chat_model, chat_model
 from tests.support import WS_WAIT_S
@@ -158,7 +158,7 @@ async def test_bad_frame_gets_an_error_and_the_socket_stays_usable(
     # Nothing was stored and no turn started.
     assert await database_sync_to_async(Message.objects.count)() == 0
     assert await database_sync_to_async(Conversation.objects.count)() == 0
-    assert not turns._TASKS
+    assert not RUNNING
     await communicator.disconnect()
 
 
@@ -450,7 +450,7 @@ async def test_dropped_socket_does_not_stop_the_turn(
     )
     frames = await _until(communicator, "sources")
     await communicator.disconnect()  # the model has not finished: it is stalled
-    (task,) = turns._TASKS
+    (task,) = RUNNING
     assert not task.done()
     release.set()
     await asyncio.wait_for(task, WAIT_S)

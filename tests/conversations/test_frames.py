@@ -1,4 +1,5 @@
-"""The chat socket's frame parsing (pure): hostile frames and hypothesis fuzzing, no database."""
+"""The chat socket's frames (pure): parsing hostile frames and hypothesis fuzzing, and the
+frames sent out; no database."""
 
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ from conversations.frames import (
     Ping,
     Send,
     Stop,
+    done,
     parse_frame,
+    source_cards,
 )
+from retrieval.pipeline.fusion import Hit, MergedHit
 from tests.hostile import HOSTILE_FRAMES
 
 MAX_CHARS = 4000
@@ -229,3 +233,38 @@ def test_message_frames_keep_exactly_the_printable_text(
         text=expected,
         client_id="".join(ch for ch in client_id if ch.isprintable())[:MAX_CLIENT_ID_CHARS],
     )
+
+
+def test_source_cards_number_the_passages_and_link_each_to_its_passage() -> None:
+    text = "O vale-refeição   é pago\nem dias úteis. " * 20
+    hits = [
+        MergedHit(Hit(11, 1, "pt/vr", "Vale", "Valor", text, 0, "", 1, 2, 0.9), 0.03),
+        MergedHit(Hit(12, 2, "pt/va", "Alimentação", "", "curto", 0, "", None, 1, 0.5), 0.02),
+    ]
+    cards = source_cards(hits, document_url=lambda document_id: f"/documents/{document_id}/")
+    assert [c["n"] for c in cards] == [1, 2]
+    assert cards[0]["url"] == "/documents/1/?chunk=11#chunk-11"
+    assert cards[0]["snippet"].endswith("…") and len(cards[0]["snippet"]) == 281
+    assert "  " not in cards[0]["snippet"] and "\n" not in cards[0]["snippet"]
+    assert (cards[1]["snippet"], cards[1]["section"], cards[1]["title"]) == (
+        "curto",
+        "",
+        "Alimentação",
+    )
+
+
+def test_done_names_small_talk_only_when_it_was() -> None:
+    answer = done(
+        answer_id=2, reply_to=1, status="complete", text="Oi", extractive=True, timings_ms={}
+    )
+    assert "small_talk" not in answer and list(answer)[-1] == "timings_ms"
+    thanks = done(
+        answer_id=2,
+        reply_to=1,
+        status="complete",
+        text="De nada!",
+        extractive=False,
+        small_talk="thanks",
+        timings_ms={"to_done": 3.0},
+    )
+    assert thanks["small_talk"] == "thanks" and thanks["timings_ms"] == {"to_done": 3.0}

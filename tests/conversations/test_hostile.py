@@ -29,9 +29,10 @@ from django.urls import reverse
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from conversations import turns
+from conversations.live import LIVE
 from conversations.models import Conversation, Message, TurnTrace
 from conversations.services import clean_user_text, conversation_create, message_store_user
+from conversations.turn import turn_run
 from retrieval.embeddings import get_embedder
 from retrieval.ingestion.services import (
     documents_ingest,
@@ -331,7 +332,7 @@ async def settled_socket() -> AsyncIterator[None]:
     await finish_turns()
     await close_postgres_layer()
     await cache.aclear()
-    turns.LIVE.clear()
+    LIVE.clear()
 
 
 @pytest.mark.parametrize(
@@ -417,8 +418,8 @@ def _searched_chunks(message_id: int) -> list[int]:
 async def _run_turn(user: User, text: str) -> tuple[int, list[dict[str, Any]]]:
     message_id = await _new_turn(user, text)
     frames, emit = _collector()
-    await turns.turn_run(message_id=message_id, emit=emit)
-    turns.LIVE.pop(message_id, None)
+    await turn_run(message_id=message_id, emit=emit)
+    LIVE.pop(message_id, None)
     return message_id, frames
 
 

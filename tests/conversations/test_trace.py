@@ -8,9 +8,8 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
 
-from conversations import turns
 from conversations.models import TurnTrace
-from conversations.review.timeline import turn_review_for_trace
+from conversations.quality.review.timeline import turn_review_for_trace
 from conversations.services import conversation_create, message_store_user
 from conversations.trace import (
     FoundBy,
@@ -25,6 +24,7 @@ from conversations.trace import (
     rewrite_block,
     rewrite_view,
 )
+from conversations.turn import turn_run
 from conversations.views.present import trace_view
 
 REWRITE: dict[str, Any] = {
@@ -164,7 +164,7 @@ def test_the_live_rewrite_frame_and_the_stored_trace_agree(
     async def emit(frame: dict[str, Any]) -> None:
         frames.append(frame)
 
-    async_to_sync(turns.turn_run)(message_id=message.id, emit=emit)
+    async_to_sync(turn_run)(message_id=message.id, emit=emit)
     live = next(f for f in frames if f["type"] == "rewrite")
     assert (live.pop("type"), live.pop("message_id")) == ("rewrite", message.id)
     assert live["glossary"] and len(live["queries"]) > 1, live

@@ -1,7 +1,7 @@
 """A turn's rewrite gets today's date and its trace names the policy that rewrote it.
 
 The model server is a real local HTTP server speaking Ollama's protocol (as in
-test_turns.py); the staff timeline shows the policy of each turn.
+test_turn.py); the staff timeline shows the policy of each turn.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from django.utils import timezone
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from conversations import turns
 from conversations.models import Message, TurnTrace
 from conversations.services import conversation_create, message_store_user
+from conversations.turn import RUNNING, turn_run
 from retrieval.pipeline.rewrite_llm import llm_policy
 from retrieval.pipeline.rewrite_rules import POLICY_VERSION
 from retrieval.services import _chat_model, chat_model
@@ -44,8 +44,8 @@ async def ollama(settings: Any, model_server: HTTPServer) -> AsyncIterator[HTTPS
     settings.CHATRAG_LLM_MODEL = "test-model"
     _chat_model.cache_clear()
     yield model_server
-    if turns._TASKS:
-        await asyncio.wait_for(asyncio.gather(*turns._TASKS, return_exceptions=True), WAIT_S)
+    if RUNNING:
+        await asyncio.wait_for(asyncio.gather(*RUNNING, return_exceptions=True), WAIT_S)
     model = chat_model()
     if model is not None:
         await model.aclose()
@@ -78,7 +78,7 @@ async def _turn(user: Any, text: str) -> TurnTrace:
     async def emit(event: dict[str, Any]) -> None:
         pass
 
-    await asyncio.wait_for(turns.turn_run(message_id=message.id, emit=emit), WAIT_S)
+    await asyncio.wait_for(turn_run(message_id=message.id, emit=emit), WAIT_S)
     trace: TurnTrace = await database_sync_to_async(TurnTrace.objects.get)(message=message)
     return trace
 

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 
-from conversations import turns
 from conversations.models import Message, TurnTrace
 from conversations.services import conversation_create, message_store_user
+from conversations.turn import turn_run
 from retrieval.services import collection_language
 from tests.support import statements_counted
 
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 WAIT_S = 20  # a hang guard, never a performance assertion
 QUESTION = "quantos dias de férias eu tenho por ano?"
-# The turn's context, read in one database call (`turns.turn_context`): the message and its
+# The turn's context, read in one database call (`turn_context`): the message and its
 # owner, the collection, the history window, the glossary, the owner's groups; and the
 # collection's language, counted once a minute per process (the first turn of a collection).
 CONTEXT_READS = 5
@@ -54,7 +54,7 @@ async def _run(message: Message) -> list[dict[str, Any]]:
     async def emit(event: dict[str, Any]) -> None:
         frames.append(event)
 
-    await asyncio.wait_for(turns.turn_run(message_id=message.id, emit=emit), WAIT_S)
+    await asyncio.wait_for(turn_run(message_id=message.id, emit=emit), WAIT_S)
     return frames
 
 

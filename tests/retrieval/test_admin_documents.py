@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,16 +26,6 @@ POLICY = "# Auxílio creche\n\nO auxílio creche é de R$ 600 por mês até os s
 def _uploads_in_tmp(settings: Any, tmp_path: Path) -> None:
     settings.MEDIA_ROOT = tmp_path / "media"
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture
-def eager_celery() -> Iterator[None]:
-    from chatrag.celery import app
-
-    saved = (app.conf.task_always_eager, app.conf.task_eager_propagates)
-    app.conf.task_always_eager = app.conf.task_eager_propagates = True
-    yield
-    app.conf.task_always_eager, app.conf.task_eager_propagates = saved
 
 
 @pytest.fixture

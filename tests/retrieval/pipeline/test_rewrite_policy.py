@@ -93,8 +93,8 @@ def test_the_prompt_digest_covers_the_prompt_text_and_the_output_schema() -> Non
 
 
 def test_evaluation_rows_record_the_policy() -> None:
-    from retrieval.evaluation import EvalTask
-    from retrieval.evaluation_run import task_row
+    from conversations.quality.datasets import EvalTask
+    from conversations.quality.evaluate import task_row
 
     task = EvalTask(id="t", history=(), question="q", relevant=frozenset({"pt/x"}))
     row = task_row(task=task, outcome=_retrieve("rules"), mode="rules", ks=[5], depth=10)

@@ -1,0 +1,302 @@
+"""Run judged tasks through the real retrieval pipeline (and, asked, the answer) and score them."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings as django_settings
+from django.utils import timezone
+
+from conversations.quality.datasets import EvalTask
+from conversations.quality.scoring import (
+    answer_scores,
+    clarification_scores,
+    fact_checks,
+    grouped,
+    no_search_scores,
+    retrieval_scores,
+    term_checks,
+    term_scores,
+    token_recall,
+    word_count,
+)
+from retrieval.models import Collection
+from retrieval.pipeline.answer import answer_language
+from retrieval.pipeline.fusion import ranked_documents
+from retrieval.pipeline.llm import ChatModel
+from retrieval.pipeline.metrics import mrr_at, ndcg_at, percentile, recall_at
+from retrieval.pipeline.respond import answer_turn
+from retrieval.pipeline.retrieve import RetrievalOutcome, RewriteMode, retrieve
+from retrieval.pipeline.search import Scope
+from retrieval.pipeline.types import LexiconView
+from retrieval.services import (
+    VocabularyLexicon,
+    collection_language,
+    glossary_for,
+    query_embedder_for,
+    retrieval_settings,
+    search_engine,
+)
+
+_EMPHASIS = re.compile(r"\*+|__")
+# Modes whose rewrite may ask back or skip search; the baselines never do.
+DECIDING_MODES = frozenset({"rules", "llm"})
+
+
+@dataclass
+class ModeReport:
+    mode: str
+    ks: list[int]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+    def summary(self) -> dict[str, Any]:
+        """Figures overall, per category and per language (the JSON report's `modes`)."""
+        rows = self.rows
+
+        def scores(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+            return retrieval_scores(group, self.ks)
+
+        out: dict[str, Any] = {
+            "overall": scores(rows),
+            "by_category": grouped(rows, "category", scores),
+            "by_language": grouped(rows, "language", scores),
+            "clarification": clarification_scores(rows),
+            "no_search": no_search_scores(rows),
+            "query_terms": {
+                "overall": term_scores(rows),
+                "by_category": grouped(rows, "category", term_scores),
+            },
+            "latency_ms": {
+                stage: {"p50": percentile(v, 50), "p95": percentile(v, 95)}
+                for stage, v in self.latencies.items()
+            },
+        }
+        if any(r.get("answer") is not None for r in rows):
+            out["answers"] = {
+                "overall": answer_scores(rows),
+                "by_category": grouped(rows, "category", answer_scores),
+                "by_language": grouped(rows, "language", answer_scores),
+            }
+        return out
+
+
+def references_by_task(tasks: Sequence[EvalTask]) -> dict[str, str]:
+    """Each task's reference answer: the assistant message that follows its question.
+
+    MTRAG's tasks carry no answers, but the next turn of the same conversation has the
+    question and its answer in its history (ids "<conversation><::><turn>").
+    """
+    by_id = {t.id: t for t in tasks}
+    out: dict[str, str] = {}
+    for task in tasks:
+        conversation, sep, turn = task.id.rpartition("<::>")
+        if not sep or not turn.isdigit():
+            continue
+        following = by_id.get(f"{conversation}<::>{int(turn) + 1}")
+        if following is None:
+            continue
+        position = len(task.history)
+        if (
+            len(following.history) > position + 1
+            and following.history[position].text == task.question
+            and following.history[position + 1].role == "assistant"
+        ):
+            out[task.id] = following.history[position + 1].text
+    return out
+
+
+async def turn_answer(
+    *,
+    outcome: RetrievalOutcome,
+    language: str,
+    model: ChatModel | None,
+    lexicon: Callable[[set[str]], LexiconView] | None = None,
+) -> tuple[str, bool]:
+    """The answer a turn would show for this outcome: (text, extractive).
+
+    The chat's own answer step (`retrieval.pipeline.respond.answer_turn`), not streamed. A
+    turn that found nothing counts as extractive here (no model wrote it).
+    """
+
+    async def statistics(words: set[str]) -> LexiconView | None:
+        assert lexicon is not None
+        try:
+            return await sync_to_async(lexicon)(words)
+        except Exception:  # a statistics failure must not lose the answer: passages' rarity
+            return None
+
+    answer = await answer_turn(
+        outcome=outcome,
+        language=language,
+        model=model,
+        today=timezone.localdate(),
+        model_timeout=django_settings.CHATRAG_LLM_TIMEOUT,
+        lexicon=statistics if lexicon is not None else None,
+    )
+    return answer.text, answer.kind != "model"
+
+
+async def evaluate_mode(
+    *,
+    tasks: Sequence[EvalTask],
+    collection: Collection,
+    mode: RewriteMode,
+    ks: list[int],
+    language: str | None,
+    model: ChatModel | None,
+    on_task: Callable[[], object] | None = None,
+    answers: bool = False,
+    corpus_idf: bool = False,
+    scope: Scope | None = None,
+) -> ModeReport:
+    """Score every task with one rewrite mode (tasks run one at a time for clean latencies).
+
+    `scope`: what the searches and the rewrite's word statistics may read; every document of
+    the collection when None (the command line).
+    """
+    engine = await sync_to_async(search_engine)()
+    glossary = await sync_to_async(glossary_for)(collection=collection)
+    settings = await sync_to_async(retrieval_settings)(mode=mode)
+    embedder = await sync_to_async(query_embedder_for)(collection=collection)
+    if scope is None:
+        scope = Scope(collection_id=collection.id, see_everything=True)
+    lexicon = VocabularyLexicon(engine, collection.id, scope=scope)
+    report = ModeReport(mode=mode, ks=ks)
+    references = references_by_task(tasks) if answers else {}
+    depth = max([10, *ks])
+    fallback = await sync_to_async(collection_language)(collection=collection)
+    for task in tasks:
+        turn_language = task.language or language or answer_language(task.question, fallback)
+        outcome = await retrieve(
+            question=task.question,
+            history=task.history,
+            glossary=glossary,
+            scope=scope,
+            engine=engine,
+            embedder=embedder,
+            lexicon=lexicon,
+            settings=settings,
+            model=model,
+            language=task.language or language,
+            default_language=fallback,
+            today=timezone.localdate(),
+        )
+        row = task_row(task=task, outcome=outcome, mode=mode, ks=ks, depth=depth)
+        row["language"] = turn_language
+        if answers:
+            row["answer"] = await answer_row(
+                task=task,
+                outcome=outcome,
+                row=row,
+                language=turn_language,
+                model=model,
+                reference=references.get(task.id),
+                lexicon=lexicon if corpus_idf else None,
+            )
+        report.rows.append(row)
+        for stage, ms in outcome.timings_ms.items():
+            report.latencies[stage].append(ms)
+        report.latencies["total"].append(sum(outcome.timings_ms.values()))
+        if answers:
+            report.latencies["answer"].append(row["answer"]["build_ms"])
+        if on_task:
+            on_task()
+    return report
+
+
+def task_row(
+    *, task: EvalTask, outcome: RetrievalOutcome, mode: str, ks: Sequence[int], depth: int
+) -> dict[str, Any]:
+    """One task's JSON row: queries, decisions, term checks and retrieval metrics.
+
+    A turn that asks back or is taken for small talk shows no sources in the product, so
+    (in the modes that can decide that) a searchable task scores 0 there, and says why.
+    """
+    rewrite = outcome.rewrite
+    deciding = mode in DECIDING_MODES
+    clarified = deciding and rewrite.needs_clarification
+    no_search = deciding and rewrite.no_search
+    queries = [] if no_search else [q.text for q in outcome.queries]
+    ranked = ranked_documents(outcome.merged)[:depth]
+    shown = [] if (clarified or no_search) else ranked
+    row: dict[str, Any] = {
+        "id": task.id,
+        "mode": mode,
+        "category": task.category,
+        "question": task.question,
+        "queries": queries,
+        "searched": bool(queries),
+        "small_talk": rewrite.small_talk if no_search else None,
+        "clarified": clarified,
+        "clarification": (
+            {
+                "question": rewrite.clarification.question,
+                "options": list(rewrite.clarification.options),
+            }
+            if clarified and rewrite.clarification
+            else None
+        ),
+        "decision": rewrite.decision,
+        "policy": rewrite.policy,
+        "expect_clarification": task.expect_clarification,
+        "expect_no_search": task.expect_no_search,
+        "ambiguous_between": sorted(task.ambiguous_between),
+        "relevant": sorted(task.relevant),
+        "ranked": ranked,
+        "passages": [m.hit.external_id for m in outcome.passages] if shown else [],
+        "terms": term_checks(queries, task.expected_queries_contain, task.queries_must_not_contain),
+    }
+    if task.relevant and shown is not ranked:
+        row["scored_zero"] = "asked back: no sources shown" if clarified else "no search"
+    if task.ambiguous_between and ranked:
+        row["reached_ambiguous"] = sorted(task.ambiguous_between & set(ranked[:10]))
+    for k in ks:
+        row[f"recall@{k}"] = recall_at(shown, task.relevant, k)
+    row["mrr@10"] = mrr_at(shown, task.relevant, 10)
+    row["ndcg@10"] = ndcg_at(shown, task.relevant, 10)
+    return row
+
+
+async def answer_row(
+    *,
+    task: EvalTask,
+    outcome: RetrievalOutcome,
+    row: Mapping[str, Any],
+    language: str,
+    model: ChatModel | None,
+    reference: str | None,
+    lexicon: Callable[[set[str]], LexiconView] | None = None,
+) -> dict[str, Any]:
+    """Build the turn's answer and check it: facts found, words, reference token recall."""
+    started = time.perf_counter()
+    if row["clarified"] and row["clarification"]:
+        text, extractive = row["clarification"]["question"], False
+    elif not row["searched"]:
+        text, extractive = "", False  # small talk: a fixed polite reply, nothing to check
+    else:
+        text, extractive = await turn_answer(
+            outcome=outcome, language=language, model=model, lexicon=lexicon
+        )
+    build_ms = (time.perf_counter() - started) * 1000
+    return {
+        "text": text,
+        "extractive": extractive,
+        "words": word_count(text),
+        "facts": fact_checks(_rendered(text), task.expected_answer_contains),
+        "token_recall": (
+            token_recall(reference, _rendered(text)) if reference is not None else None
+        ),
+        "build_ms": round(build_ms, 3),
+    }
+
+
+def _rendered(text: str) -> str:
+    """The answer as the page shows it: Markdown emphasis markers are not text."""
+    return _EMPHASIS.sub("", text)

@@ -1,0 +1,169 @@
+"""`manage.py ask`: one question through the turn's pipeline, with everything it decided."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, cast
+
+from django.contrib.auth.models import User
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from conversations.quality.datasets import EvaluationInputError, history_parse
+from conversations.quality.playground import PlaygroundConfig, PlaygroundRun, playground_run
+from retrieval.pipeline.retrieve import REWRITE_MODES, RewriteMode
+from retrieval.pipeline.search import Legs
+from retrieval.pipeline.types import HistoryMessage
+
+LEGS: tuple[Legs, ...] = ("hybrid", "vector", "text")
+HITS_SHOWN = 5
+
+
+class Command(BaseCommand):
+    help = (
+        "Ask one question (with an optional conversation before it) and print the rewrite, "
+        "each query's hits, the sources and the answer, as a turn would produce them."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("question")
+        parser.add_argument(
+            "--history-file",
+            type=Path,
+            help='the conversation before it: a JSON list of {"role", "text"} or of strings '
+            "alternating user/assistant (the evaluation tasks' format)",
+        )
+        parser.add_argument(
+            "--user", help="search as this user (default: a reader of every public document)"
+        )
+        parser.add_argument(
+            "--rewrite", choices=REWRITE_MODES, help="default: what a turn uses (settings)"
+        )
+        parser.add_argument("--legs", choices=LEGS, default="hybrid")
+        parser.add_argument("--rerank", action="store_true")
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        question = str(options["question"])
+        if not question.strip():
+            raise CommandError("the question is empty")
+        history: tuple[HistoryMessage, ...] = ()
+        if options["history_file"]:
+            path: Path = options["history_file"]
+            try:
+                history = history_parse(path.read_text(encoding="utf-8"), where=str(path))
+            except OSError as exc:
+                raise CommandError(f"{path}: {exc.strerror or exc}") from exc
+            except EvaluationInputError as exc:
+                raise CommandError(str(exc)) from exc
+        reader = None
+        if options["user"]:
+            reader = User.objects.filter(username=options["user"], is_active=True).first()
+            if reader is None:
+                raise CommandError(f"no active user {options['user']!r}")
+        config = PlaygroundConfig(
+            rewrite=cast(RewriteMode, options["rewrite"] or _turn_mode()),
+            legs=cast(Legs, options["legs"]),
+            rerank=bool(options["rerank"]),
+        )
+        (run,) = playground_run(question=question, history=history, reader=reader, configs=[config])
+        if options["json"]:
+            self.stdout.write(json.dumps(run.to_dict(), ensure_ascii=False, indent=2))
+        else:
+            self.stdout.write(render_text(run))
+
+
+def _turn_mode() -> RewriteMode:
+    from retrieval.services import retrieval_settings
+
+    return retrieval_settings().mode
+
+
+def _rank(value: object) -> str:
+    return "–" if value is None else str(value)
+
+
+def render_text(run: PlaygroundRun) -> str:
+    """The run as the terminal shows it: [rewrite], each query's hits, sources, answer."""
+    data = run.to_dict()
+    rewrite = data["rewrite"]
+    lines = [
+        f"[rewrite] {rewrite['backend']}"
+        + (f" ({rewrite['model']})" if rewrite["model"] else "")
+        + f" · policy {rewrite['policy'] or '–'} · legs {data['config']['legs']}",
+        f"  reader:   {data['reader']}",
+        f"  original: {data['question']}",
+    ]
+    if data["masked_question"] != data["question"]:
+        lines.append(f"  masked:   {data['masked_question']}")
+    if data["window"]:
+        roles = ", ".join(m["role"] for m in data["window"])
+        lines.append(f"  window:   {len(data['window'])} messages ({roles})")
+    if rewrite["no_search"]:
+        lines.append(f"  small talk ({rewrite['small_talk'] or 'chat'}): nothing searched")
+    if rewrite["topic"]:
+        lines.append(f"  topic:    {rewrite['topic']}")
+    if rewrite["decision"]:
+        lines.append(f"  decision: {rewrite['decision']}")
+    for hit in rewrite["glossary_hits"]:
+        lines.append(f"  glossary: {hit['term']} → {hit['expansion']} ({hit['source']})")
+    for wrong, right in rewrite["corrections"].items():
+        lines.append(f"  spelling: {wrong} → {right}")
+    for query in data["queries"]:
+        reading = f" {query['reading']}" if query["reading"] else ""
+        area = f" area={query['area']}" if query["area"] else ""
+        lines.append(
+            f"  → q{query['n']} {query['type']} w={query['weight']:g}{reading}{area}: "
+            f"{query['text']}"
+        )
+        lines.append(f"       because: {query['reason']}")
+    for note in rewrite["notes"]:
+        lines.append(f"  note: {note}")
+    for anomaly in rewrite["anomalies"]:
+        lines.append(f"  anomaly: {anomaly}")
+    if rewrite["clarification"]:
+        clarification = rewrite["clarification"]
+        lines.append(f"  clarification: {clarification['question']}")
+        for option in clarification["options"]:
+            lines.append(f"    option: {option}")
+    if rewrite["error"]:
+        lines.append(f"  rewrite error: {rewrite['error']}")
+    for error in data["errors"]:
+        lines.append(f"  error: {error}")
+    if data["rerank"]:
+        lines.append(f"  rerank: {data['rerank']}")
+
+    for query in data["queries"]:
+        lines += ["", f"=== q{query['n']} {query['type']} (w {query['weight']:g}): {query['text']}"]
+        if not query["hits"]:
+            lines.append("  (no hits)")
+            continue
+        lines.append("  rank  vec  txt  score     fused       document · section")
+        for hit in query["hits"][:HITS_SHOWN]:
+            star = "★" if hit["passage"] else " "
+            section = f" · {hit['section']}" if hit["section"] else ""
+            lines.append(
+                f"  {hit['rank']:>4}  {_rank(hit['vector_rank']):>3}  {_rank(hit['text_rank']):>3}"
+                f"  {hit['score']:.6f}  {hit['fused']:.6f} {star} {hit['document']}{section}"
+            )
+    lines += ["", "=== Sources ==="]
+    if not data["sources_shown"]:
+        lines.append("  (the turn shows none: it " + _why_none(data["answer"]["kind"]) + ")")
+    elif not data["sources"]:
+        lines.append("  (none)")
+    else:
+        for source in data["sources"]:
+            section = f" — {source['section']}" if source["section"] else ""
+            lines.append(
+                f"[{source['n']}] {source['title']}{section}  "
+                f"({source['document']}, chunk {source['chunk']}, fused {source['fused']:.6f})"
+            )
+            lines.append(f"    {source['snippet']}")
+    lines += ["", f"=== Answer ({data['answer']['kind']}) ===", data["answer"]["text"], ""]
+    timings = " · ".join(f"{stage} {ms:g} ms" for stage, ms in data["timings_ms"].items())
+    lines.append(f"timings: {timings}")
+    return "\n".join(lines)
+
+
+def _why_none(kind: str) -> str:
+    return "asks back" if kind == "clarification" else "is small talk"

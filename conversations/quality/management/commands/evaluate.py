@@ -1,0 +1,199 @@
+"""`manage.py evaluate`: retrieval quality on judged conversations, per rewrite mode."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, cast
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from tqdm import tqdm
+
+from conversations.quality.datasets import (
+    EvaluationInputError,
+    evaluation_collection_load,
+    glossary_load,
+    tasks_load,
+)
+from conversations.quality.evaluate import ModeReport, evaluate_mode
+from retrieval.embeddings import get_embedder
+from retrieval.pipeline.retrieve import REWRITE_MODES, RewriteMode
+from retrieval.services import chat_model
+
+
+def _modes(raw: str) -> list[RewriteMode]:
+    modes: list[RewriteMode] = []
+    for name in raw.split(","):
+        name = name.strip()
+        if name not in REWRITE_MODES:
+            raise CommandError(
+                f"unknown rewrite mode {name!r}: choose from {', '.join(REWRITE_MODES)}"
+            )
+        modes.append(cast(RewriteMode, name))
+    return modes
+
+
+class Command(BaseCommand):
+    help = (
+        "Measure recall@k, MRR@10 and nDCG@10 on judged conversations, with and without rewriting."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--corpus", type=Path, required=True)
+        parser.add_argument("--tasks", type=Path, required=True)
+        parser.add_argument("--glossary", type=Path)
+        parser.add_argument("--lang", choices=["pt", "es", "en"])
+        parser.add_argument("--k", default="5,10")
+        parser.add_argument("--rewrite", default="none,last-turn,rules")
+        parser.add_argument("--json", type=Path, dest="json_path")
+        parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N tasks")
+        parser.add_argument("--quiet", action="store_true")
+        parser.add_argument(
+            "--answers",
+            action="store_true",
+            help="also build each turn's answer and score the facts it contains",
+        )
+        parser.add_argument(
+            "--corpus-idf",
+            action="store_true",
+            help="answers weigh words by the collection's frequencies (default: the passages')",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            ks = sorted({int(k) for k in options["k"].split(",") if k.strip()})
+        except ValueError as exc:
+            raise CommandError("--k takes numbers like 5,10") from exc
+        modes = _modes(options["rewrite"])
+        quiet = options["quiet"]
+        try:
+            tasks = tasks_load(options["tasks"])
+            glossary = glossary_load(options["glossary"])
+            embedder = get_embedder()
+            bar = tqdm(desc="corpus", unit="doc", disable=quiet, leave=False)
+
+            def progress(done: int, total: int, name: str) -> None:
+                bar.total = total
+                bar.n = done
+                bar.refresh()
+
+            loaded = evaluation_collection_load(
+                corpus=options["corpus"],
+                embedder=embedder,
+                language=options["lang"],
+                glossary=glossary,
+                progress=progress,
+            )
+            bar.close()
+        except EvaluationInputError as exc:
+            raise CommandError(str(exc)) from exc
+        if options["limit"]:
+            tasks = tasks[: options["limit"]]
+        if loaded.reused:
+            self.stdout.write(
+                f"corpus: reused collection {loaded.collection.slug} (nothing re-embedded)"
+            )
+        elif loaded.report:
+            r = loaded.report
+            self.stdout.write(
+                f"corpus: {r.chunks_embedded} chunks embedded in {r.seconds:.0f}s, "
+                f"{len(r.errors)} passages skipped"
+            )
+        model = chat_model()
+        if "llm" in modes and model is None:
+            self.stdout.write(
+                "llm: no model server configured (CHATRAG_LLM_BACKEND): rules used instead"
+            )
+
+        async def run_all() -> dict[str, ModeReport]:
+            # One event loop for every mode: the model's HTTP client lives in it.
+            out: dict[str, ModeReport] = {}
+            for mode in modes:
+                bar = tqdm(total=len(tasks), desc=mode, unit="task", disable=quiet, leave=False)
+                out[mode] = await evaluate_mode(
+                    tasks=tasks,
+                    collection=loaded.collection,
+                    mode=mode,
+                    ks=ks,
+                    language=options["lang"],
+                    model=model,
+                    on_task=bar.update,
+                    answers=options["answers"],
+                    corpus_idf=options["corpus_idf"],
+                )
+                bar.close()
+            return out
+
+        reports = asyncio.run(run_all())
+        self.stdout.write(render_table(reports, ks))
+        if options["json_path"]:
+            payload = {
+                "corpus": str(options["corpus"]),
+                "tasks_file": str(options["tasks"]),
+                "modes": {m: r.summary() for m, r in reports.items()},
+                "tasks": [row for r in reports.values() for row in r.rows],
+            }
+            options["json_path"].write_text(json.dumps(payload, ensure_ascii=False, indent=1))
+            self.stdout.write(f"wrote {options['json_path']}")
+
+
+def _pct(value: float | None) -> str:
+    return "   -" if value is None else f"{value:.2f}"
+
+
+def render_table(reports: dict[str, ModeReport], ks: list[int]) -> str:
+    """Per mode: retrieval per category and language, then decisions, terms and answers."""
+    cols = [f"R@{k}" for k in ks] + ["MRR@10", "nDCG@10"]
+    head = f"{'mode':<10} {'group':<16} {'n':>4} " + " ".join(f"{c:>8}" for c in cols)
+    lines = [head + f" {'exp.terms':>9} {'no-leak':>8}"]
+    for mode, report in reports.items():
+        summary = report.summary()
+        terms = summary["query_terms"]
+        groups = [("overall", summary["overall"], terms["overall"])]
+        groups += [(c, m, terms["by_category"][c]) for c, m in summary["by_category"].items()]
+        groups += [(f"lang {lang}", m, None) for lang, m in summary["by_language"].items()]
+        for name, m, t in groups:
+            if not m["n"] and not (t and (t["expected"]["tasks"] or t["forbidden"]["tasks"])):
+                continue
+            values = [m[f"recall@{k}"] for k in ks] + [m["mrr@10"], m["ndcg@10"]]
+            cells = " ".join(f"{v:>8.3f}" for v in values)
+            if t:
+                cells += (
+                    f" {_pct(t['expected']['term_pass'] if t['expected']['terms'] else None):>9}"
+                )
+                cells += (
+                    f" {_pct(t['forbidden']['task_pass'] if t['forbidden']['tasks'] else None):>8}"
+                )
+            lines.append(f"{mode:<10} {name[:16]:<16} {m['n']:>4} {cells}")
+        clar = summary["clarification"]
+        ns = summary["no_search"]
+        lines.append(
+            f"{mode:<10} clarification precision {clar['precision']:.2f} recall "
+            f"{clar['recall']:.2f} (asked {clar['asked']}, expected {clar['expected']}); "
+            f"small talk unsearched {_pct(ns['accuracy'])} of {ns['n']} "
+            f"(searched {ns['small_talk_searched']}); false no-search {ns['false_no_search']}"
+        )
+        answers = summary.get("answers")
+        if answers:
+            a_groups = [("overall", answers["overall"])]
+            a_groups += sorted(answers["by_category"].items())
+            a_groups += [(f"lang {k}", v) for k, v in sorted(answers["by_language"].items())]
+            lines.append(
+                f"{mode:<10} {'answers':<16} {'n':>4} {'facts':>6} {'fact-R':>7} "
+                f"{'task-R':>7} {'words':>6} {'tok-R':>6}"
+            )
+            for name, a in a_groups:
+                if not a["n"] and a["token_recall"] is None:
+                    continue
+                lines.append(
+                    f"{mode:<10} {name[:16]:<16} {a['n']:>4} {a['facts']:>6} "
+                    f"{a['fact_recall']:>7.3f} {a['task_pass']:>7.3f} "
+                    f"{a['median_words']:>6.0f} {_pct(a['token_recall']):>6}"
+                )
+        lat = summary["latency_ms"]
+        lines.append(
+            f"{mode:<10} latency "
+            + ", ".join(f"{s} p50 {v['p50']:.1f}/p95 {v['p95']:.1f} ms" for s, v in lat.items())
+        )
+    return "\n".join(lines)

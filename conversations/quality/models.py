@@ -1,0 +1,100 @@
+"""What measures the product: judged questions (evaluation cases) and evaluation runs.
+
+Both tables were made when these models belonged to the knowledge base (`retrieval`); they
+kept their names when the models moved here (migrations `quality.0001` and `retrieval.0007`
+move the models' state, not a row).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from conversations.models import Message
+from retrieval.models import Collection, Document
+
+
+class EvalCase(models.Model):
+    """A judged question, usually marked by staff from a real conversation (masked text only)."""
+
+    class Category(models.TextChoices):
+        STANDALONE = "standalone"
+        FOLLOW_UP = "follow-up"
+        TOPIC_SWITCH = "topic-switch"
+        MULTI_TOPIC = "multi-topic"
+        CLARIFICATION = "clarification"
+
+    collection = models.ForeignKey(Collection, on_delete=models.CASCADE, related_name="+")
+    question = models.TextField()
+    # Earlier messages as [{"role": "user"|"assistant", "text": ...}], masked.
+    history = models.JSONField(default=list, blank=True)
+    relevant_documents = models.ManyToManyField(Document, blank=True, related_name="+")
+    category = models.CharField(
+        max_length=30, choices=Category.choices, default=Category.STANDALONE
+    )
+    expect_clarification = models.BooleanField(default=False)
+    language = models.CharField(max_length=10, blank=True)
+    note = models.TextField(blank=True)
+    active = models.BooleanField(default=True)
+    source_message = models.ForeignKey(
+        Message,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "retrieval_evalcase"  # made when cases were the knowledge base's (kept)
+        ordering = ["-created_at", "-id"]
+        verbose_name = "evaluation case"
+
+    def __str__(self) -> str:
+        return self.question[:80]
+
+
+class EvaluationRun(models.Model):
+    """One evaluation of retrieval quality, kept so quality can be followed over time."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    class Source(models.TextChoices):
+        CASES = "cases"
+        FILE = "file"
+
+    collection = models.ForeignKey(Collection, on_delete=models.CASCADE, related_name="+")
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.CASES)
+    # The uploaded file's name, or "cases": runs with the same label are comparable.
+    source_label = models.CharField(max_length=200)
+    # The tasks as evaluated (project format), frozen when the run is created.
+    tasks = models.JSONField(default=list, blank=True)
+    modes = models.JSONField(default=list)
+    ks = models.JSONField(default=list)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    total = models.PositiveIntegerField(default=0)
+    done = models.PositiveIntegerField(default=0)
+    report = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "retrieval_evaluationrun"  # made when runs were the knowledge base's (kept)
+        ordering = ["-created_at", "-id"]
+        # The playground runs one question through two configurations side by side.
+        permissions = [("use_playground", "Can compare retrieval configurations in the playground")]
+
+    def __str__(self) -> str:
+        return f"evaluation {self.pk} ({self.source_label}, {self.status})"

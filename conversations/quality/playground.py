@@ -1,0 +1,296 @@
+"""The retrieval playground: one question (and optional history) through the turn's pipeline.
+
+`manage.py ask` and the staff playground page call `playground_run`; it calls the same
+orchestrating function as a turn and the evaluation (`retrieval.pipeline.retrieve.retrieve`)
+and builds the answer with the evaluation's `turn_answer` (the turn's own steps, without
+streaming). Nothing is stored.
+
+- Without a reader it searches as someone who may read every public document and nothing
+  else (no groups, not a superuser); with one, exactly as that user's turn would.
+- Several configurations run in one event loop (the model's HTTP client lives in it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from conversations.quality.evaluate import turn_answer
+from retrieval.models import Collection
+from retrieval.pipeline.answer import answer_language
+from retrieval.pipeline.llm import ChatModel
+from retrieval.pipeline.retrieve import RetrievalOutcome, RetrievalSettings, RewriteMode, retrieve
+from retrieval.pipeline.rewrite_rules.smalltalk import small_talk_reply
+from retrieval.pipeline.search import Legs, Scope
+from retrieval.pipeline.types import HistoryMessage, RewriteResult, SearchQuery
+from retrieval.services import (
+    VocabularyLexicon,
+    chat_model,
+    collection_language,
+    default_collection,
+    glossary_for,
+    known_names_for,
+    query_embedder_for,
+    retrieval_settings,
+    scope_for_user,
+    search_engine,
+)
+
+HITS_PER_QUERY = 10
+NO_RERANK_SERVER = "no rerank stage without a model server (CHATRAG_LLM_BACKEND is not set)"
+NO_RERANK_YET = "no rerank stage yet (issue 15, point 6): the fused order is final"
+
+
+@dataclass(frozen=True)
+class PlaygroundConfig:
+    """One way to run the question: rewrite mode, search legs, rerank asked for."""
+
+    rewrite: RewriteMode = "rules"
+    legs: Legs = "hybrid"
+    rerank: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.rewrite} · {self.legs}" + (" · rerank" if self.rerank else "")
+
+
+@dataclass
+class PlaygroundRun:
+    """What one configuration retrieved and answered."""
+
+    config: PlaygroundConfig
+    question: str
+    reader: str
+    outcome: RetrievalOutcome
+    answer: str
+    answer_kind: str  # "extractive", "model", "small talk", "clarification"
+    rerank: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run as JSON: what `ask --json` prints and the staff page shows."""
+        outcome = self.outcome
+        shown = {m.hit.chunk_id for m in outcome.passages}
+        rewrite = outcome.rewrite
+        return {
+            "config": {
+                "rewrite": self.config.rewrite,
+                "legs": self.config.legs,
+                "rerank": self.config.rerank,
+            },
+            "reader": self.reader,
+            "question": self.question,
+            "masked_question": outcome.masked_question,
+            "window": [{"role": m.role, "text": m.text} for m in outcome.masked_window],
+            "rewrite": rewrite.to_dict(),
+            "queries": [
+                {
+                    "n": index + 1,
+                    "text": query.text,
+                    "type": query.type,
+                    "weight": query.weight,
+                    "reading": query.reading,
+                    "area": query.area,
+                    "reason": query_reason(query, rewrite),
+                    "hits": query_hits(outcome, index, shown),
+                }
+                for index, query in enumerate(outcome.queries)
+            ],
+            "sources": [
+                {
+                    "n": number,
+                    "chunk": m.hit.chunk_id,
+                    "document": m.hit.external_id,
+                    "title": m.hit.title,
+                    "section": m.hit.heading,
+                    "fused": round(m.score, 6),
+                    "snippet": _snippet(m.hit.text),
+                }
+                for number, m in enumerate(outcome.passages, start=1)
+            ],
+            "sources_shown": self.answer_kind not in {"small talk", "clarification"},
+            "answer": {"text": self.answer, "kind": self.answer_kind},
+            "rerank": self.rerank,
+            "errors": list(outcome.errors),
+            "timings_ms": dict(outcome.timings_ms),
+        }
+
+
+def query_hits(outcome: RetrievalOutcome, index: int, shown: set[int]) -> list[dict[str, Any]]:
+    """The hits of query `index`, in its own order, with both legs' ranks and the fused score."""
+    found = [
+        (match, merged)
+        for merged in outcome.merged
+        for match in merged.matches
+        if match.query == index
+    ]
+    found.sort(key=lambda pair: pair[0].rank)
+    return [
+        {
+            "rank": match.rank,
+            "vector_rank": match.vector_rank,
+            "text_rank": match.text_rank,
+            "score": match.score,
+            "fused": round(merged.score, 6),
+            "chunk": merged.hit.chunk_id,
+            "document": merged.hit.external_id,
+            "title": merged.hit.title,
+            "section": merged.hit.heading,
+            "passage": merged.hit.chunk_id in shown,
+        }
+        for match, merged in found[:HITS_PER_QUERY]
+    ]
+
+
+_TYPE_REASONS = {
+    "normalize": "the question, cleaned (spelling, glossary)",
+    "expand": "the question expanded with the glossary or the conversation",
+    "decompose": "one question of a message that asks several",
+    "multi_query": "another phrasing of the question",
+    "hyde": "a hypothetical answer (never shown as a source)",
+}
+
+
+def query_reason(query: SearchQuery, rewrite: RewriteResult) -> str:
+    """Why this query was searched, in a few words (from its type, reading and backend)."""
+    if query.type == "original":
+        return "the user's own words, a safety net at low weight"
+    if rewrite.backend == "none":
+        return "the question as typed (no rewrite)"
+    if rewrite.backend == "last-turn":
+        return "the previous user message joined to this one"
+    if query.reading == "contextual":
+        topic = f" ({rewrite.topic})" if rewrite.topic else ""
+        return f"the turn read with the conversation's topic{topic}"
+    if query.reading == "standalone":
+        return "the turn read on its own"
+    reason = _TYPE_REASONS.get(query.type, query.type)
+    return f"model: {reason}" if rewrite.backend == "llm" else reason
+
+
+def _snippet(text: str, limit: int = 280) -> str:
+    flat = " ".join(text.split())
+    return flat[:limit] + ("…" if len(flat) > limit else "")
+
+
+def reader_scope(*, reader: User | None, collection: Collection) -> tuple[Scope, str]:
+    """The scope to search with, and who that is in words."""
+    if reader is None:
+        return Scope(collection_id=collection.id), "a reader of every public document (no groups)"
+    groups = sorted(reader.groups.values_list("name", flat=True))
+    who = reader.get_username()
+    if reader.is_superuser:
+        who += " (superuser: every document)"
+    elif groups:
+        who += f" (groups: {', '.join(groups)})"
+    return scope_for_user(user=reader, collection=collection), who
+
+
+def playground_run(
+    *,
+    question: str,
+    history: Sequence[HistoryMessage] = (),
+    reader: User | None = None,
+    configs: Sequence[PlaygroundConfig] = (PlaygroundConfig(),),
+) -> list[PlaygroundRun]:
+    """Run `question` once per configuration, as `reader` would (sync: commands and views)."""
+    collection = default_collection()
+    scope, who = reader_scope(reader=reader, collection=collection)
+    engine = search_engine()
+    base = retrieval_settings()
+    settings = {
+        config: replace(
+            retrieval_settings(mode=config.rewrite), search=replace(base.search, legs=config.legs)
+        )
+        for config in configs
+    }
+    context = _Context(
+        glossary=glossary_for(collection=collection),
+        scope=scope,
+        engine=engine,
+        embedder=query_embedder_for(collection=collection),
+        lexicon=VocabularyLexicon(engine, collection.id, scope=scope),
+        model=chat_model(),
+        known_names=list(known_names_for(reader)) if reader is not None else [],
+        default_language=collection_language(collection=collection),
+    )
+    outcomes = async_to_sync(_run_all)(question, list(history), context, configs, settings)
+    return [
+        PlaygroundRun(
+            config=config,
+            question=question,
+            reader=who,
+            outcome=outcome,
+            answer=answer,
+            answer_kind=kind,
+            rerank=_rerank_note(config, context.model),
+        )
+        for config, (outcome, answer, kind) in zip(configs, outcomes, strict=True)
+    ]
+
+
+@dataclass
+class _Context:
+    glossary: list[Any]
+    scope: Scope
+    engine: Any
+    embedder: Any
+    lexicon: VocabularyLexicon
+    model: ChatModel | None
+    known_names: list[str]
+    # The collection's language: the answer's when a question is too short to tell.
+    default_language: str
+
+
+async def _run_all(
+    question: str,
+    history: list[HistoryMessage],
+    ctx: _Context,
+    configs: Sequence[PlaygroundConfig],
+    settings: dict[PlaygroundConfig, RetrievalSettings],
+) -> list[tuple[RetrievalOutcome, str, str]]:
+    language = answer_language(question, ctx.default_language)  # as the turn decides it
+    out = []
+    for config in configs:
+        outcome = await retrieve(
+            question=question,
+            history=history,
+            glossary=ctx.glossary,
+            scope=ctx.scope,
+            engine=ctx.engine,
+            embedder=ctx.embedder,
+            lexicon=ctx.lexicon,
+            settings=settings[config],
+            model=ctx.model,
+            known_names=ctx.known_names,
+            language=language,
+            today=timezone.localdate(),
+        )
+        answer, kind = await _reply(outcome, language, ctx.model)
+        out.append((outcome, answer, kind))
+    return out
+
+
+async def _reply(
+    outcome: RetrievalOutcome, language: str, model: ChatModel | None
+) -> tuple[str, str]:
+    """What the turn would say: a small-talk reply, a question back, or the answer."""
+    rewrite = outcome.rewrite
+    if rewrite.no_search and rewrite.small_talk:
+        return small_talk_reply(rewrite.small_talk, language), "small talk"
+    if rewrite.needs_clarification and rewrite.clarification is not None:
+        options = " | ".join(rewrite.clarification.options)
+        text = rewrite.clarification.question + (f"\n(options: {options})" if options else "")
+        return text, "clarification"
+    text, extractive = await turn_answer(outcome=outcome, language=language, model=model)
+    return text, "extractive" if extractive else "model"
+
+
+def _rerank_note(config: PlaygroundConfig, model: ChatModel | None) -> str | None:
+    if not config.rerank:
+        return None
+    return NO_RERANK_SERVER if model is None else NO_RERANK_YET

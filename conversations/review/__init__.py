@@ -1,1 +1,0 @@
-"""Staff review of conversations: flags and filters, the turn timeline, access log, purge."""

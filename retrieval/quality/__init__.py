@@ -1,1 +1,0 @@
-"""Retrieval quality for staff: glossary candidates, evaluation cases and runs, the chart."""

@@ -1,0 +1,251 @@
+"""`manage.py ask` against the real database and the small knowledge base.
+
+The command runs the turn's own pipeline (`retrieve`, then the turn's answer steps); these
+tests read what it prints: the [rewrite] block, each query's hits, the sources and the answer.
+"""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+from pytest_httpserver import HTTPServer
+from werkzeug import Request, Response
+
+from conversations.models import TurnTrace
+from conversations.services import conversation_create, message_store_user
+from conversations.turn import turn_run
+from retrieval.pipeline.rewrite_llm import llm_policy
+from retrieval.pipeline.rewrite_rules import POLICY_VERSION
+from retrieval.services import _chat_model, retrieval_settings
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RESTRICTED_DOC = "pt/faixas-salariais-2026"
+HISTORY = [
+    {"role": "user", "text": "como funciona o reembolso de despesas?"},
+    {"role": "assistant", "text": "Você envia as notas pelo sistema em até 30 dias [1]."},
+]
+
+
+def _ask(*args: str) -> str:
+    out = StringIO()
+    call_command("ask", *args, stdout=out)
+    return out.getvalue()
+
+
+def _ask_json(*args: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(_ask(*args, "--json"))
+    return data
+
+
+def _history_file(tmp_path: Path, history: object) -> str:
+    path = tmp_path / "history.json"
+    path.write_text(json.dumps(history, ensure_ascii=False), encoding="utf-8")
+    return str(path)
+
+
+def test_follow_up_with_rules_carries_the_topic_and_prints_every_block(
+    small_kb: Any, tmp_path: Path
+) -> None:
+    out = _ask("e para quem é PJ?", "--history-file", _history_file(tmp_path, HISTORY))
+    head, _, rest = out.partition("=== Sources ===")
+    assert head.startswith("[rewrite] rules · policy " + POLICY_VERSION)
+    assert "original: e para quem é PJ?" in head
+    assert "window:   2 messages (user, assistant)" in head
+    assert "topic:    reembolso de despesas" in head
+    assert "glossary: PJ → prestador de serviço pessoa jurídica" in head
+    assert "→ q1 " in head and "contextual" in head and "because: " in head
+    # Each query's hits, with both legs' ranks and the fused score.
+    assert "=== q1 " in head
+    assert "rank  vec  txt  score     fused" in head
+    assert "pt/reembolso-de-despesas-prestadores-pj" in head
+    assert "=== Answer (extractive) ===" in rest
+    assert "[1]" in rest.split("=== Answer", 1)[0]
+
+
+def test_the_same_follow_up_without_rewrite_searches_the_words_as_typed(
+    small_kb: Any, tmp_path: Path
+) -> None:
+    history = _history_file(tmp_path, HISTORY)
+    plain = _ask_json("e para quem é PJ?", "--history-file", history, "--rewrite", "none")
+    assert plain["rewrite"]["policy"] == "none"
+    queries = [(q["text"], q["type"]) for q in plain["queries"]]
+    assert queries == [("e para quem é PJ?", "normalize")]
+    assert plain["rewrite"]["topic"] is None
+    rules = _ask_json("e para quem é PJ?", "--history-file", history, "--rewrite", "rules")
+    assert rules["rewrite"]["policy"] == POLICY_VERSION
+    assert any("reembolso" in q["text"] for q in rules["queries"])
+
+
+def test_a_country_the_conversation_fixed_is_not_outvoted_by_a_looser_query(
+    small_kb: Any, tmp_path: Path
+) -> None:
+    # The browser case of issue 12: Chile's vacation days, then resigning before taking
+    # them. The user's own words alone pull up Spain's sibling page just as well.
+    history = _history_file(
+        tmp_path,
+        [
+            {"role": "user", "text": "¿cuántos días de vacaciones tengo en Chile?"},
+            {"role": "assistant", "text": "En Chile son 15 días hábiles de feriado legal [1]."},
+        ],
+    )
+    data = _ask_json("¿y si renuncio antes de tomarlas?", "--history-file", history)
+    assert data["rewrite"]["countries"] == ["chile"]
+    assert any(n.startswith("country filter: chile") for n in data["rewrite"]["notes"])
+    documents = [s["document"] for s in data["sources"]]
+    assert documents[0] == "es/vacaciones-chile"
+    if "es/vacaciones-espana" in documents:
+        assert documents.index("es/vacaciones-espana") > documents.index("es/vacaciones-chile")
+
+
+def test_sources_and_answer_are_the_turns_own(small_kb: Any, personas: dict[str, Any]) -> None:
+    """The same question as a real turn of Ana's: the same cut, the same extractive answer."""
+    question = "prazo para pedir reembolso de despesas com nota fiscal"
+    data = _ask_json(question, "--user", "ana")
+    settings = retrieval_settings()
+    sources = data["sources"]
+    assert 0 < len(sources) <= settings.passages
+    assert [s["n"] for s in sources] == list(range(1, len(sources) + 1))
+    starred = {h["chunk"] for q in data["queries"] for h in q["hits"] if h["passage"]}
+    assert starred <= {s["chunk"] for s in sources}
+    for key in ("mask", "rewrite", "embed", "search", "merge"):
+        assert key in data["timings_ms"]
+
+    frames: list[dict[str, Any]] = []
+
+    async def emit(event: dict[str, Any]) -> None:
+        frames.append(event)
+
+    conversation = conversation_create(user=personas["ana"])
+    message = message_store_user(conversation=conversation, text=question)
+    async_to_sync(turn_run)(message_id=message.id, emit=emit)
+    (cards,) = [f["sources"] for f in frames if f["type"] == "sources"]
+    (done,) = [f for f in frames if f["type"] == "done"]
+    assert [c["chunk_id"] for c in cards] == [s["chunk"] for s in sources]
+    assert data["answer"] == {"text": done["text"], "kind": "extractive"}
+    assert TurnTrace.objects.get(message=message).rewrite["policy"] == data["rewrite"]["policy"]
+
+
+def test_history_as_plain_strings_alternating_user_and_assistant(
+    small_kb: Any, tmp_path: Path
+) -> None:
+    history = _history_file(tmp_path, [m["text"] for m in HISTORY])
+    data = _ask_json("e para quem é PJ?", "--history-file", history)
+    assert [m["role"] for m in data["window"]] == ["user", "assistant"]
+    assert data["rewrite"]["topic"] == "reembolso de despesas"
+
+
+def test_without_user_only_public_documents_and_with_user_their_own(
+    small_kb: Any, personas: dict[str, Any]
+) -> None:
+    question = "banda P3 matriz de mérito faixa salarial"
+    public = _ask_json(question)
+    assert public["reader"].startswith("a reader of every public document")
+    found = {h["document"] for q in public["queries"] for h in q["hits"]}
+    assert RESTRICTED_DOC not in found
+    assert RESTRICTED_DOC not in {s["document"] for s in public["sources"]}
+    rita = _ask_json(question, "--user", "rita")
+    assert rita["reader"] == "rita (groups: rh-restrito)"
+    assert rita["sources"][0]["document"] == RESTRICTED_DOC
+    ana = _ask_json(question, "--user", "ana")
+    assert RESTRICTED_DOC not in {h["document"] for q in ana["queries"] for h in q["hits"]}
+
+
+def test_one_leg_alone_leaves_the_other_out(small_kb: Any) -> None:
+    question = "prazo para pedir reembolso de despesas com nota fiscal"
+
+    def hits(legs: str) -> list[dict[str, Any]]:
+        data = _ask_json(question, "--legs", legs, "--rewrite", "none")
+        assert data["config"]["legs"] == legs
+        return [h for q in data["queries"] for h in q["hits"]]
+
+    text, vector, hybrid = hits("text"), hits("vector"), hits("hybrid")
+    assert text and all(h["vector_rank"] is None and h["text_rank"] for h in text)
+    assert vector and all(h["text_rank"] is None and h["vector_rank"] for h in vector)
+    # One leg alone ranks in that leg's own order.
+    assert [h["text_rank"] for h in text] == sorted(h["text_rank"] for h in text)
+    assert [h["vector_rank"] for h in vector] == sorted(h["vector_rank"] for h in vector)
+    assert any(h["vector_rank"] and h["text_rank"] for h in hybrid)
+
+
+def test_rerank_says_there_is_no_stage_without_a_model_server(small_kb: Any) -> None:
+    out = _ask("quantos dias de férias eu tenho por ano?", "--rerank")
+    assert "rerank: no rerank stage without a model server" in out
+
+
+def test_small_talk_searches_nothing_and_shows_no_sources(small_kb: Any) -> None:
+    out = _ask("obrigado!")
+    assert "small talk (thanks): nothing searched" in out
+    assert "(the turn shows none: it is small talk)" in out
+    assert "=== Answer (small talk) ===" in out
+
+
+def test_bad_inputs_are_reported_by_name(small_kb: Any, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"role": "robot", "text": "x"}]', encoding="utf-8")
+    with pytest.raises(CommandError, match="bad history message"):
+        _ask("oi", "--history-file", str(bad))
+    with pytest.raises(CommandError, match="no active user 'nobody'"):
+        _ask("oi", "--user", "nobody")
+    with pytest.raises(CommandError, match="missing.json"):
+        _ask("oi", "--history-file", str(tmp_path / "missing.json"))
+
+
+def test_llm_rewrite_gets_todays_date_and_records_its_policy(
+    small_kb: Any, settings: Any, httpserver: HTTPServer, tmp_path: Path
+) -> None:
+    """Against a real local server speaking Ollama's protocol: the date reaches the prompt."""
+    rewrite = {
+        "queries": [{"text": "reembolso de despesas prestador PJ", "type": "expand", "area": None}],
+        "needs_clarification": False,
+        "clarification": None,
+    }
+    bodies: list[dict[str, Any]] = []
+
+    def handle(request: Request) -> Response:
+        body = json.loads(request.get_data())
+        bodies.append(body)
+        if body.get("stream"):  # the answer: one piece, then done
+            lines = [
+                {"message": {"content": "Só se o contrato prever [1]."}, "done": False},
+                {"message": {"content": ""}, "done": True},
+            ]
+            return Response(
+                "".join(json.dumps(line) + "\n" for line in lines),
+                mimetype="application/x-ndjson",
+            )
+        content = json.dumps(rewrite)
+        reply = {"model": body["model"], "message": {"content": content}, "done": True}
+        return Response(json.dumps(reply), mimetype="application/json")
+
+    httpserver.expect_request("/api/chat", method="POST").respond_with_handler(handle)
+    settings.CHATRAG_LLM_BACKEND = "retrieval.pipeline.llm.OllamaChat"
+    settings.CHATRAG_LLM_URL = httpserver.url_for("/")
+    settings.CHATRAG_LLM_MODEL = "test-model"
+    _chat_model.cache_clear()
+    try:
+        data = _ask_json(
+            "e para quem é PJ?",
+            "--history-file",
+            _history_file(tmp_path, HISTORY),
+            "--rewrite",
+            "llm",
+            "--rerank",
+        )
+    finally:
+        _chat_model.cache_clear()
+    system = bodies[0]["messages"][0]["content"]
+    assert f"Today's date: {timezone.localdate().isoformat()}" in system
+    assert data["rewrite"]["backend"] == "llm"
+    assert data["rewrite"]["policy"] == llm_policy("test-model")
+    assert data["queries"][0]["reason"].startswith("model: ")
+    assert data["answer"] == {"text": "Só se o contrato prever [1].", "kind": "model"}
+    assert data["rerank"].startswith("no rerank stage yet")
+    httpserver.check_assertions()

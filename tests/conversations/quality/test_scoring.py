@@ -1,0 +1,136 @@
+"""Evaluation: the whole task format is read, and terms, facts and decisions are scored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conversations.quality.datasets import EvalTask, EvaluationInputError, task_from_record
+from conversations.quality.evaluate import references_by_task
+from conversations.quality.scoring import (
+    answer_scores,
+    clarification_scores,
+    contains,
+    fact_checks,
+    match_norm,
+    no_search_scores,
+    term_checks,
+    term_scores,
+    token_recall,
+)
+from retrieval.pipeline.types import HistoryMessage
+
+
+def test_task_reads_every_field_of_the_ptes_format() -> None:
+    task = task_from_record(
+        {
+            "id": "d-001",
+            "category": "referencia",
+            "lang": "pt",
+            "history": [{"role": "user", "text": "oi"}, {"role": "assistant", "text": "olá"}],
+            "question": "comecei em maio, ganho também?",
+            "relevant": ["p-017"],
+            "expect_clarification": False,
+            "expected_queries_contain": ["participação nos lucros", "maio"],
+            "queries_must_not_contain": ["CPF"],
+            "ambiguous_between": [],
+            "expect_no_search": False,
+            "expected_answer_contains": ["8/12 do valor"],
+        }
+    )
+    assert task.expected_queries_contain == ("participação nos lucros", "maio")
+    assert task.queries_must_not_contain == ("CPF",)
+    assert task.expected_answer_contains == ("8/12 do valor",)
+    assert not task.expect_no_search and task.language == "pt"
+
+
+def test_history_may_be_plain_strings_alternating_from_the_user() -> None:
+    task = task_from_record({"question": "e pro PJ?", "history": ["como peço?", "No portal."]})
+    assert task.history == (
+        HistoryMessage("user", "como peço?"),
+        HistoryMessage("assistant", "No portal."),
+    )
+
+
+def test_a_term_list_of_the_wrong_type_is_refused() -> None:
+    with pytest.raises(EvaluationInputError):
+        task_from_record({"question": "x", "expected_answer_contains": "not a list"})
+
+
+def test_matching_ignores_case_accents_and_hyphens() -> None:
+    assert match_norm("Vale-Alimentação  hoje") == "vale alimentacao hoje"
+    assert contains("o Vale alimentacao é pago", "vale-alimentação")
+    checks = term_checks(
+        ["participacao nos lucros maio", "outra"], ["participação nos lucros"], ["CPF"]
+    )
+    assert checks == {"expected": {"participação nos lucros": True}, "forbidden": {"CPF": False}}
+
+
+def test_facts_and_token_recall() -> None:
+    assert fact_checks("Recebe 8/12 do VALOR, não há carência.", ["8/12 do valor", "12 dias"]) == {
+        "8/12 do valor": True,
+        "12 dias": False,
+    }
+    assert token_recall("The Cardinals played in London", "They played in London") == 2 / 3
+
+
+def _row(**fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "clarified": False,
+        "expect_clarification": False,
+        "expect_no_search": False,
+        "searched": True,
+        "relevant": ["d"],
+        "terms": {"expected": {}, "forbidden": {}},
+    }
+    return base | fields
+
+
+def test_clarification_and_no_search_figures() -> None:
+    rows = [
+        _row(clarified=True, expect_clarification=True, relevant=[]),
+        _row(clarified=True),  # asked back without need
+        _row(expect_no_search=True, searched=False, relevant=[]),
+        _row(expect_no_search=True, relevant=[]),  # small talk searched
+        _row(searched=False),  # a searchable turn skipped
+    ]
+    clar = clarification_scores(rows)
+    assert (clar["precision"], clar["recall"]) == (0.5, 1.0)
+    ns = no_search_scores(rows)
+    assert (ns["accuracy"], ns["small_talk_searched"], ns["false_no_search"]) == (0.5, 1, 1)
+
+
+def test_term_pass_rates_per_term_and_per_task() -> None:
+    rows = [
+        _row(terms={"expected": {"a": True, "b": False}, "forbidden": {"x": True}}),
+        _row(terms={"expected": {"c": True}, "forbidden": {}}),
+    ]
+    scores = term_scores(rows)
+    assert scores["expected"]["term_pass"] == 2 / 3
+    assert scores["expected"]["task_pass"] == 0.5
+    assert scores["forbidden"]["task_pass"] == 0.0
+
+
+def test_answer_scores_fact_and_task_level() -> None:
+    rows = [
+        _row(answer={"text": "a b", "words": 2, "facts": {"f": True, "g": False}, "build_ms": 1}),
+        _row(answer={"text": "c d e", "words": 3, "facts": {"h": True}, "build_ms": 3}),
+        _row(answer={"text": "x", "words": 1, "facts": {}, "build_ms": 2}),  # not annotated
+    ]
+    scores = answer_scores(rows)
+    assert (scores["n"], scores["facts"]) == (2, 3)
+    assert scores["fact_recall"] == 2 / 3
+    assert scores["task_pass"] == 0.5
+    assert scores["median_words"] == 2
+
+
+def test_mtrag_reference_is_the_next_turns_assistant_message() -> None:
+    first = EvalTask("c<::>1", (), "who?", frozenset({"p"}))
+    second = EvalTask(
+        "c<::>2",
+        (HistoryMessage("user", "who?"), HistoryMessage("assistant", "The Cardinals.")),
+        "where?",
+        frozenset({"q"}),
+    )
+    assert references_by_task([first, second]) == {"c<::>1": "The Cardinals."}
