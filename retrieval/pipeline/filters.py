@@ -256,3 +256,21 @@ def prefer_current(merged: Sequence[MergedHit], ask: VersionAsk) -> tuple[list[M
     if order == list(range(len(ranked))):
         return ranked, ""
     return [ranked[i] for i in order], note
+
+
+def prefer_named_titles(merged: Sequence[MergedHit], names: Sequence[str]) -> list[MergedHit]:
+    """Put first the pages whose title says everything the question's company terms stand
+    for, when it used two or more ("regra do VR no home": "Vale-refeição no trabalho remoto"
+    before the meal allowance's general rule). One term alone is no subject: "o VA continua
+    caindo durante a licença?" asks about the leave."""
+    ranked = list(merged)
+    wanted = {frozenset(t.norm for t in token_spans(n) if len(t.norm) > 2) for n in names}
+    wanted.discard(frozenset())
+    if len(wanted) < 2:
+        return ranked
+    title_words = _by_title(_words)
+    named = [all(w <= title_words(item.hit.title) for w in wanted) for item in ranked]
+    if not any(named):
+        return ranked
+    order = sorted(range(len(ranked)), key=lambda i: (not named[i], i))
+    return [ranked[i] for i in order]

@@ -24,7 +24,13 @@ from .evidence import (
     favour_reply_documents,
     reply_probe,
 )
-from .filters import prefer_countries, prefer_current, turn_countries, version_ask
+from .filters import (
+    prefer_countries,
+    prefer_current,
+    prefer_named_titles,
+    turn_countries,
+    version_ask,
+)
 from .fusion import FusionStrategy, Hit, MergedHit, cut_passages, merge_results
 from .glossary import find_glossary_hits
 from .llm import ChatModel
@@ -336,6 +342,9 @@ async def retrieve(
     if version_note:
         rewrite.notes.append(version_note)
     merged = prefer_countries(merged, frozenset(rewrite.countries))
+    merged = prefer_named_titles(
+        merged, [h.expansion for h in rewrite.glossary_hits if h.source == "question"]
+    )
     # A version or country the turn fixed put another page first: the answer keeps it.
     pinned = (
         str(merged[0].hit.document_id)

@@ -93,3 +93,18 @@ def test_front_matter_and_corpus_records_carry_versions() -> None:
         "superseded": False,
         "superseded_by": "",
     }
+
+
+def test_a_page_titled_for_every_company_term_of_the_question_comes_first() -> None:
+    """ "regra do VR no home": "VR" is "vale-refeição", "home" is "trabalho remoto"; the page
+    titled for both comes before the meal allowance's general rule. One term alone names no
+    subject ("o VA continua caindo durante a licença?") and moves nothing."""
+    from retrieval.pipeline.filters import prefer_named_titles
+
+    general = _hit("vr", "Vale-refeição — regra geral", 1)
+    remote = _hit("vr-remote", "Vale-refeição no trabalho remoto", 2)
+    merged = merge_results([SearchQuery("q", "normalize")], [[general, remote]])
+    both = prefer_named_titles(merged, ["vale-refeição", "trabalho remoto"])
+    assert [m.hit.external_id for m in both] == ["vr-remote", "vr"]
+    one = prefer_named_titles(merged, ["vale-refeição"])
+    assert [m.hit.external_id for m in one] == ["vr", "vr-remote"]
