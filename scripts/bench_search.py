@@ -44,6 +44,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 if str(BASE_DIR) not in sys.path:  # run as `python scripts/bench_search.py`
     sys.path.insert(0, str(BASE_DIR))
 
+from retrieval.pipeline.fusion import Hit  # noqa: E402
 from retrieval.pipeline.search import (  # noqa: E402
     VECTOR_LEG_SQL,
     VOCABULARY_REBUILD_SQL,
@@ -813,6 +814,13 @@ def plan_summary(plan: Sequence[str], width: int = 150) -> list[str]:
 # --- Measurement ------------------------------------------------------------------------------
 
 
+def _one_after_another(
+    engine: SearchEngine, requests: Sequence[SearchRequest], scope: Scope, params: SearchParams
+) -> list[list[Hit]]:
+    """The same searches as `search_many`, one after another (the comparison's baseline)."""
+    return [engine.search(r, scope, params) for r in requests]
+
+
 def _timed(fn: Callable[..., object], *args: Any) -> float:
     start = time.perf_counter()
     fn(*args)
@@ -880,7 +888,7 @@ def measure(
                 )
             for t in triples:
                 samples["parallel3"].append(_timed(engine.search_many, t, scope, params))
-                samples["sequential3"].append(_timed(engine.search_sequential, t, scope, params))
+                samples["sequential3"].append(_timed(_one_after_another, engine, t, scope, params))
             for q in slow:
                 samples["azure"].append(_timed(azure_search, conn, q, scope, params))
         with psycopg.connect(conninfo, autocommit=True) as bare:

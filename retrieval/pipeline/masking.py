@@ -31,6 +31,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, NamedTuple
 
+from stdnum import iban, luhn
+from stdnum.br import cnpj, cpf
+from stdnum.es import dni, nie
+
 __all__ = [
     "DEFAULT_CONFIG",
     "DEFAULT_EMPLOYEE_ID_PATTERN",
@@ -39,7 +43,6 @@ __all__ = [
     "Masker",
     "MaskingConfig",
     "PLACEHOLDER_PATTERN",
-    "mask_texts",
     "placeholder",
     "split_unfinished_placeholder",
 ]
@@ -211,91 +214,36 @@ def _digits(value: str) -> str:
 
 
 def _cpf_valid(digits: str) -> bool:
-    if len(digits) != 11 or not digits.isascii() or not digits.isdigit():
-        return False
-    if len(set(digits)) == 1:
-        return False
-    nums = [int(ch) for ch in digits]
-    for size in (9, 10):
-        total = sum(nums[i] * (size + 1 - i) for i in range(size))
-        if (total * 10) % 11 % 10 != nums[size]:
-            return False
-    return True
-
-
-_CNPJ_WEIGHTS: Final[tuple[int, ...]] = (6, 5, 4, 3, 2, 9, 8, 7, 6, 5, 4, 3, 2)
+    # A run of one digit ("111.111.111-11") passes the check but is a form's placeholder.
+    return len(digits) == 11 and digits.isascii() and len(set(digits)) > 1 and cpf.is_valid(digits)
 
 
 def _cnpj_valid(value: str) -> bool:
-    """Numeric CNPJ, and the alphanumeric one issued from July 2026 (the
-    first 12 characters may be A-Z, valued ``ord(ch) - 48``)."""
-    if len(value) != 14 or not value.isascii():
-        return False
-    if not value[12:].isdigit() or not all(ch.isdigit() or "A" <= ch <= "Z" for ch in value[:12]):
-        return False
-    if len(set(value)) == 1:
-        return False
-    nums = [ord(ch) - 48 for ch in value]
-    for size in (12, 13):
-        weights = _CNPJ_WEIGHTS[13 - size :]
-        rest = sum(n * w for n, w in zip(nums[:size], weights, strict=True)) % 11
-        if (0 if rest < 2 else 11 - rest) != nums[size]:
-            return False
-    return True
-
-
-_DNI_LETTERS: Final[str] = "TRWAGMYFPDXBNJZSQVHLCKE"
+    """Numeric CNPJ, and the alphanumeric one issued from July 2026 (python-stdnum checks
+    both)."""
+    return len(value) == 14 and value.isascii() and len(set(value)) > 1 and cnpj.is_valid(value)
 
 
 def _dni_valid(value: str) -> bool:
     """Spanish DNI (8 digits + letter) or NIE (X/Y/Z + 7 digits + letter)."""
     value = value.upper()
-    if len(value) != 9 or not value.isascii():
-        return False
-    head, letter = value[:8], value[8]
-    if head[0] in "XYZ":
-        head = str("XYZ".index(head[0])) + head[1:]
-    if not head.isdigit():
-        return False
-    return _DNI_LETTERS[int(head) % 23] == letter
-
-
-# Lengths for common countries; others only need 15..34 characters.
-_IBAN_LENGTHS: Final[dict[str, int]] = {
-    "AD": 24, "AT": 20, "BE": 16, "BR": 29, "CH": 21, "CY": 28, "CZ": 24,
-    "DE": 22, "DK": 18, "EE": 20, "ES": 24, "FI": 18, "FR": 27, "GB": 22,
-    "GR": 27, "HR": 21, "HU": 28, "IE": 22, "IT": 27, "LT": 20, "LU": 20,
-    "LV": 21, "MC": 27, "MT": 31, "NL": 18, "NO": 15, "PL": 28, "PT": 25,
-    "RO": 24, "SE": 24, "SI": 19, "SK": 24,
-}  # fmt: skip
+    return len(value) == 9 and value.isascii() and (dni.is_valid(value) or nie.is_valid(value))
 
 
 def _iban_valid(value: str) -> bool:
-    """``value`` is upper-case with no spaces."""
-    if not 15 <= len(value) <= 34 or not value.isascii() or not value.isalnum():
-        return False
-    country, check = value[:2], value[2:4]
-    if not country.isalpha() or not check.isdigit():
-        return False
-    expected = _IBAN_LENGTHS.get(country)
-    if expected is not None and len(value) != expected:
-        return False
-    rearranged = value[4:] + value[:4]
-    return int("".join(str(int(ch, 36)) for ch in rearranged)) % 97 == 1
+    """``value`` is upper-case with no spaces. The country's length and the IBAN's own
+    check digits; not the national account check inside it: a typo there is still
+    somebody's account number."""
+    return (
+        15 <= len(value) <= 34
+        and value.isascii()
+        and value.isalnum()
+        and iban.is_valid(value, check_country=False)
+    )
 
 
 def _luhn_valid(digits: str) -> bool:
-    if not digits.isascii() or not digits.isdigit() or len(set(digits)) == 1:
-        return False
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        n = int(ch)
-        if i % 2 == 1:
-            n *= 2
-            if n > 9:
-                n -= 9
-        total += n
-    return total % 10 == 0
+    return digits.isascii() and digits.isdigit() and len(set(digits)) > 1 and luhn.is_valid(digits)
 
 
 # --------------------------------------------------------------------------
@@ -765,15 +713,3 @@ class Masker:
             self._by_value[(hit.kind, hit.key)] = written
             self._originals[written] = original
         return written
-
-
-def mask_texts(
-    texts: Sequence[str], config: MaskingConfig = DEFAULT_CONFIG
-) -> tuple[list[str], Masker]:
-    """Mask the texts of one turn with one shared :class:`Masker`.
-
-    Returns the masked texts, in order, and the masker (keep it to
-    :meth:`Masker.unmask` the answer, and log :attr:`Masker.counts`).
-    """
-    masker = Masker(config)
-    return [masker.mask(text) for text in texts], masker

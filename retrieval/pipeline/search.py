@@ -546,12 +546,6 @@ class SearchEngine:
         futures = [self._executor.submit(self._search, r, scope, params, size) for r in requests]
         return [f.result() for f in futures]
 
-    def search_sequential(
-        self, requests: Sequence[SearchRequest], scope: Scope, params: SearchParams
-    ) -> list[list[Hit]]:
-        """The same searches one after another (for the benchmark's comparison)."""
-        return [self.search(r, scope, params) for r in requests]
-
     def close(self) -> None:
         self._executor.shutdown(wait=False)
         self.pool.close()
