@@ -25,7 +25,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
-from conversations.models import Message, TurnTrace
+from conversations.models import Conversation, Message, TurnTrace
 from conversations.trace import TraceHit, TraceMessage, read_trace
 from retrieval.access import (
     RESTRICTED_DOCUMENT,
@@ -61,6 +61,7 @@ class TurnRedactor:
 
     def __init__(self, *, viewer: User, messages: Sequence[Message]) -> None:
         self.viewer = viewer
+        self._messages = list(messages)
         questions = [m for m in messages if m.role == Message.Role.USER]
         answers = [m for m in messages if m.role == Message.Role.ASSISTANT]
         self.access: DocumentAccess = document_access(
@@ -113,10 +114,26 @@ class TurnRedactor:
     @cached_property
     def _ids_hidden(self) -> frozenset[str]:
         # Scrubbed from free text only, not matched against answers (no answer quotes a path);
-        # read once, when a page first scrubs something.
+        # read once, when a page first scrubs something. Only ids the conversation could name:
+        # its stored hits, and documents its owner may read (its notes name what the owner's
+        # searches found). Any other id is text someone typed, and replacing it would tell
+        # the viewer that a document they may not read has that id.
         if self.access.everything:
             return frozenset()
-        return external_ids_unreadable(user=self.viewer, collection=default_collection())
+        hits = {
+            h.document
+            for m in self._messages
+            if m.role == Message.Role.USER
+            for h in _hits(_trace_of(m))
+            if not self.access.can_read(external_id=h.document)
+        }
+        conversations = {m.conversation_id for m in self._messages}
+        if len(conversations) != 1:  # several conversations: their hits only
+            return frozenset(hits)
+        owner = Conversation.objects.select_related("owner").get(pk=conversations.pop()).owner
+        return frozenset(hits) | external_ids_unreadable(
+            user=self.viewer, collection=default_collection(), readable_by=owner
+        )
 
     @property
     def everything(self) -> bool:

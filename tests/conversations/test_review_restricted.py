@@ -555,3 +555,31 @@ def test_notes_naming_a_restricted_document_by_id_are_scrubbed(
         _assert_hidden(html)
         assert PLACEHOLDER_DOCUMENT in html
         assert SALARY_ID in _get(helena, url)
+
+
+def test_an_id_typed_into_the_viewers_own_chat_is_no_oracle(
+    documents: dict[str, Document], vera: User
+) -> None:
+    """The attack: Vera (staff, outside the group) asks in her own chat about guessed
+    document ids (file names: "rh/demissao-fulano") and opens her turn on the timeline; the
+    id of an existing restricted document came back as "[restricted document]", a made-up
+    one as typed."""
+    vera.user_permissions.add(Permission.objects.get(codename="view_turntrace"))
+    conversation = conversation_create(user=vera)
+    made_up = "pt/faixas-salariais-2025"
+    for guess in (SALARY_ID, made_up):
+        trace = _turn(
+            conversation,
+            f"o que diz {guess} sobre férias?",
+            hits=[(PUBLIC_ID, PUBLIC_TITLE)],
+            answer="São 30 dias por ano [1].",
+            sources=[],
+            rewrite={"notes": [f"may follow up on '{guess}'"]},
+        )
+        page = _get(vera, reverse("admin:conversations_turntrace_change", args=[trace.pk]))
+        assert guess in page and PLACEHOLDER_DOCUMENT not in page, guess
+    timeline = _get(
+        vera, reverse("admin:conversations_conversation_change", args=[conversation.pk])
+    )
+    assert SALARY_ID in timeline and made_up in timeline
+    assert PLACEHOLDER_DOCUMENT not in timeline
