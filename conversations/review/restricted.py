@@ -25,7 +25,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
-from conversations.models import Conversation, Message, TurnTrace
+from conversations.models import Message, TurnTrace
 from conversations.trace import TraceHit, TraceMessage, read_trace
 from retrieval.access import (
     RESTRICTED_DOCUMENT,
@@ -130,7 +130,7 @@ class TurnRedactor:
         conversations = {m.conversation_id for m in self._messages}
         if len(conversations) != 1:  # several conversations: their hits only
             return frozenset(hits)
-        owner = Conversation.objects.select_related("owner").get(pk=conversations.pop()).owner
+        owner = self._messages[0].conversation.owner
         return frozenset(hits) | external_ids_unreadable(
             user=self.viewer, collection=default_collection(), readable_by=owner
         )
@@ -190,6 +190,25 @@ class TurnRedactor:
     def ranking(self, ranking: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
         """(external id, title) pairs, as the retry and marking pages list them."""
         return [(self.hit_document(d), self.hit_title(t, d)) for d, t in ranking]
+
+
+def redactors_by_conversation(
+    *, viewer: User, conversation_ids: Iterable[int]
+) -> dict[int, TurnRedactor]:
+    """One redactor per conversation, for a list page's rows (one query for their messages).
+
+    Each row is scrubbed by its own conversation's redactor, never by one built over the
+    whole page: a title retrieved in one conversation is no reason to touch words typed in
+    another (that would tell the viewer which titles exist).
+    """
+    messages: dict[int, list[Message]] = {}
+    for message in (
+        Message.objects.filter(conversation_id__in=set(conversation_ids))
+        .select_related("trace", "conversation__owner")
+        .order_by("created_at", "id")
+    ):
+        messages.setdefault(message.conversation_id, []).append(message)
+    return {cid: TurnRedactor(viewer=viewer, messages=ms) for cid, ms in messages.items()}
 
 
 def ranking_redacted(*, viewer: User, ranking: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -583,3 +583,36 @@ def test_an_id_typed_into_the_viewers_own_chat_is_no_oracle(
     )
     assert SALARY_ID in timeline and made_up in timeline
     assert PLACEHOLDER_DOCUMENT not in timeline
+
+
+def test_a_clicked_option_is_no_restricted_title_on_the_lists(
+    talk: Talk, vera: User, helena: User, documents: dict[str, Document]
+) -> None:
+    """The attack: Rita clicks the clarification's option, so her next question is the
+    restricted title. Its turn page hid it; the turn list, the attention panel, the
+    conversation list and the timeline's heading showed it to Vera. A conversation whose
+    first question it is takes it as its title."""
+    for conversation in (talk.conversation, conversation_create(user=talk.conversation.owner)):
+        trace = _turn(
+            conversation,
+            SALARY_TITLE,
+            hits=[(SALARY_ID, SALARY_TITLE)],
+            answer=f"A faixa do {SALARY_SECTION} vai de {SALARY_FACT} [1].",
+            sources=[{"n": 1, "document_id": documents["salary"].pk, "title": SALARY_TITLE}],
+        )
+        Feedback.objects.create(
+            message=Message.objects.get(reply_to=trace.message), user=conversation.owner, value=-1
+        )
+        conversation.refresh_from_db()
+    assert SALARY_TITLE in conversation.title
+    pages = [
+        reverse(f"admin:conversations_{name}_changelist")
+        for name in ("conversation", "turntrace", "attentionturn")
+    ]
+    pages.append(reverse("admin:conversations_conversation_change", args=[conversation.pk]))
+    for page in pages:
+        params = {"review": "all"} if "attention" in page else {}
+        html = _get(vera, page, **params)
+        _assert_hidden(html)
+        assert PLACEHOLDER_DOCUMENT in html, page
+        assert SALARY_TITLE in _get(helena, page, **params), page
