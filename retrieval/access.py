@@ -153,6 +153,28 @@ def external_ids_unreadable(
     return frozenset(unreadable.values_list("external_id", flat=True))
 
 
+def replace_folded(text: str, old: str, new: str) -> str:
+    """Replace `old` in `text` ignoring case (titles are matched the way answers quote them)."""
+    folded, target = text.casefold(), old.casefold()
+    if len(folded) != len(text):  # casefold changed lengths (ß → ss): hide the whole text
+        return new
+    out, start = [], 0
+    while (found := folded.find(target, start)) >= 0:
+        out.append(text[start:found])
+        out.append(new)
+        start = found + len(target)
+    out.append(text[start:])
+    return "".join(out)
+
+
+def titles_scrubbed(text: str, titles: Iterable[str]) -> str:
+    """`text` with each of these titles replaced by the restricted-document placeholder."""
+    for title in sorted({t for t in titles if t.strip()}, key=len, reverse=True):
+        if title.casefold() in text.casefold():
+            text = replace_folded(text, title, str(RESTRICTED_DOCUMENT))
+    return text
+
+
 def _as_int(value: object) -> int | None:
     if isinstance(value, bool):
         return None

@@ -47,6 +47,7 @@ from conversations.review.selectors import (
     glossary_candidates_for,
     slow_threshold_ms,
     traces_annotated,
+    window_documents,
 )
 from conversations.review.services import (
     staff_access_record,
@@ -432,6 +433,7 @@ class TurnTraceAdmin(
                     note=form.cleaned_data["note"],
                     source_message_id=trace.message_id,
                     user=_staff(request),
+                    history_documents=window_documents(question=trace.message),
                 )
                 traces_mark_reviewed(
                     traces=TurnTrace.objects.filter(pk=trace.pk), user=_staff(request)

@@ -33,6 +33,7 @@ from retrieval.access import (
     DocumentAccess,
     document_access,
     external_ids_unreadable,
+    replace_folded,
 )
 from retrieval.services import default_collection
 
@@ -184,7 +185,7 @@ class TurnRedactor:
         document's id, replaced by the placeholder."""
         for name in sorted(self.titles | self._ids_hidden, key=len, reverse=True):
             if name and name.casefold() in text.casefold():
-                text = _replace_folded(text, name, str(RESTRICTED_DOCUMENT))
+                text = replace_folded(text, name, str(RESTRICTED_DOCUMENT))
         return text
 
     def ranking(self, ranking: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -217,17 +218,3 @@ def ranking_redacted(*, viewer: User, ranking: Sequence[tuple[str, str]]) -> lis
         user=viewer, collection=default_collection(), external_ids=[d for d, _ in ranking]
     )
     return [(access.external_id(d), access.title(t, external_id=d)) for d, t in ranking]
-
-
-def _replace_folded(text: str, old: str, new: str) -> str:
-    """Replace `old` in `text` ignoring case (titles are matched the way answers quote them)."""
-    folded, target = text.casefold(), old.casefold()
-    if len(folded) != len(text):  # casefold changed lengths (ß → ss): hide the whole text
-        return new
-    out, start = [], 0
-    while (found := folded.find(target, start)) >= 0:
-        out.append(text[start:found])
-        out.append(new)
-        start = found + len(target)
-    out.append(text[start:])
-    return "".join(out)

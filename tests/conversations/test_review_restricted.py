@@ -9,6 +9,7 @@ group), Helena (the same rights, in the group) and a superuser.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -616,3 +617,45 @@ def test_a_clicked_option_is_no_restricted_title_on_the_lists(
         _assert_hidden(html)
         assert PLACEHOLDER_DOCUMENT in html, page
         assert SALARY_TITLE in _get(helena, page, **params), page
+
+
+def test_an_evaluation_case_marked_by_a_group_member_keeps_its_answers_from_vera(
+    talk: Talk, documents: dict[str, Document], boss: User
+) -> None:
+    """The attack: Helena (in the group) marks the right documents of Rita's follow-up, whose
+    window holds the restricted answer; Vera (view and change rights on evaluation cases,
+    outside the group) read that answer in the case's history."""
+    helena = _staff("helena", rights=[*REVIEW_RIGHTS, "add_evalcase", "view_evalcase"], group=True)
+    vera = _staff("vera", rights=["view_evalcase", "change_evalcase"])
+    client = Client()
+    client.force_login(helena)
+    response = client.post(
+        reverse("admin:conversations_turntrace_mark_documents", args=[talk.follow_up.pk]),
+        {"question": "e as férias?", "retrieved": [PUBLIC_ID], "category": "follow-up"},
+    )
+    assert response.status_code == 302
+    case = EvalCase.objects.get()
+    assert SALARY_FACT in json.dumps(case.history, ensure_ascii=False)
+    url = reverse("admin:retrieval_evalcase_change", args=[case.pk])
+    html = _get(vera, url)
+    _assert_hidden(html)
+    assert PLACEHOLDER_PASSAGE in html
+    assert "qual a faixa do nível 3?" in html  # Rita's own question stays
+    _assert_hidden(_get(vera, reverse("admin:retrieval_evalcase_changelist")))
+    assert SALARY_FACT in _get(helena, url) and SALARY_FACT in _get(boss, url)
+    # Saving the case from her page leaves the history as it was.
+    client.force_login(vera)
+    response = client.post(
+        url,
+        {
+            "collection": default_collection().pk,
+            "relevant_documents": [documents["public"].pk],
+            "category": EvalCase.Category.FOLLOW_UP,
+            "language": "pt",
+            "active": "on",
+        },
+    )
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    case.refresh_from_db()
+    assert SALARY_FACT in json.dumps(case.history, ensure_ascii=False)
+    assert case.question == "e as férias?"
