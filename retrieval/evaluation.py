@@ -68,6 +68,33 @@ def file_checksum(path: Path) -> str:
     return digest.hexdigest()
 
 
+def json_parse(text: str, *, where: str) -> object:
+    """JSON that a person supplied (an upload, a form field, a file), or EvaluationInputError.
+
+    - Nesting past Python's recursion limit made `json.loads` raise RecursionError: an HTTP
+      500 on the admin's uploads ("[" * 5000).
+    - PostgreSQL stores no NUL in text or jsonb: "\\u0000" in a string was a 500 when saved.
+    """
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EvaluationInputError(f"{where}: invalid JSON ({exc.msg})") from exc
+    except RecursionError as exc:
+        raise EvaluationInputError(f"{where}: invalid JSON (nested too deeply)") from exc
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise EvaluationInputError(f"{where}: a NUL character in a string")
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return value
+
+
 def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
     if not path.is_file():
         raise EvaluationInputError(f"{path}: no such file")
@@ -75,10 +102,7 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise EvaluationInputError(f"{path}:{number}: invalid JSON ({exc.msg})") from exc
+            record = json_parse(line, where=f"{path}:{number}")
             if not isinstance(record, dict):
                 raise EvaluationInputError(f"{path}:{number}: expected a JSON object")
             yield number, record
@@ -178,10 +202,7 @@ def tasks_parse(text: str, *, name: str = "tasks") -> list[EvalTask]:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise EvaluationInputError(f"{name}:{number}: invalid JSON ({exc.msg})") from exc
+        record = json_parse(line, where=f"{name}:{number}")
         if not isinstance(record, dict):
             raise EvaluationInputError(f"{name}:{number}: expected a JSON object")
         tasks.append(task_from_record(record, where=f"{name}:{number}", default_id=str(number)))
@@ -194,10 +215,7 @@ def history_parse(text: str, *, where: str = "history") -> tuple[HistoryMessage,
     A JSON list of `{"role", "text"}` or of strings alternating user/assistant; a whole task
     record (an object with a "history" list) is accepted too.
     """
-    try:
-        raw = json.loads(text) if text.strip() else []
-    except json.JSONDecodeError as exc:
-        raise EvaluationInputError(f"{where}: invalid JSON ({exc.msg})") from exc
+    raw = json_parse(text, where=where) if text.strip() else []
     if isinstance(raw, dict):
         raw = raw.get("history") or []
     if not isinstance(raw, list):

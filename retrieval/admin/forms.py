@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from retrieval.documents import UploadError, clean_folder
-from retrieval.evaluation import EvaluationInputError, tasks_parse
+from retrieval.evaluation import EvaluationInputError, json_parse, tasks_parse
 from retrieval.ingestion.parsers import SUPPORTED_SUFFIXES
 from retrieval.models import Collection, EvaluationRun
 from retrieval.pipeline.glossary import parse_glossary_json
@@ -125,9 +124,9 @@ class GlossaryImportForm(forms.Form):
     def clean_file(self) -> object:
         upload: UploadedFile = self.cleaned_data["file"]
         try:
-            data = json.loads(upload.read().decode("utf-8"))
+            data = json_parse(upload.read().decode("utf-8"), where=upload.name or "glossary")
             parse_glossary_json(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (UnicodeDecodeError, EvaluationInputError) as exc:
             raise forms.ValidationError(_("Not a JSON file: %(error)s") % {"error": exc}) from exc
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from exc
@@ -197,6 +196,8 @@ class EvaluationRunForm(forms.Form):
             except EvaluationInputError as exc:
                 self.add_error("tasks_file", str(exc))
                 return data
-            data["records"] = [json.loads(line) for line in text.splitlines() if line.strip()]
+            data["records"] = [
+                json_parse(line, where="tasks") for line in text.splitlines() if line.strip()
+            ]
             data["label"] = upload.name or "tasks"
         return data

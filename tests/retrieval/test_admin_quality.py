@@ -228,3 +228,27 @@ def test_llm_mode_is_offered_only_with_a_chat_model(
     settings.CHATRAG_LLM_BACKEND = "retrieval.pipeline.llm.OllamaChat"
     form = staff_client.get(reverse("admin:retrieval_evaluationrun_add")).context["form"]
     assert "llm" in [c for c, _ in form.fields["modes"].choices]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"[" * 5000 + b"]" * 5000, b'{"question": "q\\u0000", "relevant": ["pt/x"]}\n'],
+    ids=["nested", "nul"],
+)
+def test_a_hostile_tasks_file_is_refused_with_its_reason(
+    staff_client: Client, small_kb: Any, content: bytes
+) -> None:
+    """The attack: each was an HTTP 500 (RecursionError in json; PostgreSQL refusing NUL)."""
+    response = staff_client.post(
+        reverse("admin:retrieval_evaluationrun_add"),
+        {
+            "source": "file",
+            "tasks_file": SimpleUploadedFile("tasks.jsonl", content),
+            "collection": small_kb.pk,
+            "modes": ["none"],
+            "ks": "5",
+        },
+    )
+    assert response.status_code == 200
+    assert response.context["form"].errors["tasks_file"]
+    assert not EvaluationRun.objects.exists()
