@@ -15,13 +15,16 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from .middleware import WebSocketSameOriginMiddleware  # noqa: E402
 from .routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
+        # The Origin's host must be an allowed host, and the very site the socket was opened
+        # on, port included (see `same_origin`).
         "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            WebSocketSameOriginMiddleware(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
         ),
     }
 )

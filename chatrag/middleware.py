@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
+from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
@@ -63,3 +65,52 @@ class AccessLogMiddleware:
             who,
         )
         return response
+
+
+_DEFAULT_PORTS = {"http": "80", "https": "443", "ws": "80", "wss": "443"}
+
+
+def _host_port(netloc: str, scheme: str = "") -> tuple[str, str]:
+    """(host, port) of "host[:port]" ("[v6]:port" too); no port: the scheme's default, if any."""
+    host, _, port = netloc.rpartition(":") if not netloc.endswith("]") else (netloc, "", "")
+    if not host or not port.isdigit():
+        host, port = netloc, ""
+    return host.lower(), port or _DEFAULT_PORTS.get(scheme, "")
+
+
+def same_origin(origin: str, host: str, trusted: list[str]) -> bool:
+    """Whether a WebSocket handshake's Origin is the site it was sent to: the Host it names,
+    port included (no port in the Host: the Origin's scheme's default), or a trusted origin.
+
+    Channels' AllowedHostsOriginValidator matches host names only: a page on any other port
+    of an allowed host (http://127.0.0.1:9999, a tool beside the app) opened the chat socket
+    with the user's cookies (they are the same site) and read their conversations.
+    """
+    if origin in trusted:
+        return True
+    scheme, sep, netloc = origin.partition("://")
+    if not sep or not netloc or "/" in netloc or not host:
+        return False
+    scheme = scheme.lower()
+    origin_host, origin_port = _host_port(netloc, scheme)
+    wanted_host, wanted_port = _host_port(host)
+    return origin_host == wanted_host and origin_port == (
+        wanted_port or _DEFAULT_PORTS.get(scheme, "")
+    )
+
+
+class WebSocketSameOriginMiddleware:
+    """Refuse a WebSocket handshake whose Origin is not `same_origin` (ASGI middleware)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        headers = dict(scope.get("headers") or [])
+        origin = headers.get(b"origin", b"").decode("latin-1")
+        host = headers.get(b"host", b"").decode("latin-1")
+        if scope.get("type") == "websocket" and not same_origin(
+            origin, host, list(settings.CSRF_TRUSTED_ORIGINS)
+        ):
+            return await WebsocketDenier()(scope, receive, send)
+        return await self.app(scope, receive, send)

@@ -129,19 +129,50 @@ def document_access(
 
 
 def external_ids_unreadable(
-    *, user: User | AnonymousUser, collection: Collection
+    *,
+    user: User | AnonymousUser,
+    collection: Collection,
+    readable_by: User | AnonymousUser | None = None,
 ) -> frozenset[str]:
     """The ids of this collection's documents the user may not read (none for a superuser).
 
     For free text that names documents by id (the rewrite's notes: "the turn alone finds
     'pt/…' confidently"), which may name one that is in no stored hit of the conversation.
+    `readable_by` (the conversation's owner) keeps only the documents that person may read:
+    their turns can name no other. Without it, a staff member who typed a guessed id into
+    their own chat saw it replaced on their own timeline exactly when a document they may
+    not read had that id (ids are file names: "rh/demissao-fulano").
     """
     reader = reader_for(user)
     if reader is not None and reader.everything:
         return frozenset()
     readable = _readable_by(reader).values("pk")
     unreadable = Document.objects.filter(collection=collection).exclude(pk__in=readable)
+    if readable_by is not None:
+        unreadable = unreadable.filter(pk__in=_readable_by(reader_for(readable_by)).values("pk"))
     return frozenset(unreadable.values_list("external_id", flat=True))
+
+
+def replace_folded(text: str, old: str, new: str) -> str:
+    """Replace `old` in `text` ignoring case (titles are matched the way answers quote them)."""
+    folded, target = text.casefold(), old.casefold()
+    if len(folded) != len(text):  # casefold changed lengths (ß → ss): hide the whole text
+        return new
+    out, start = [], 0
+    while (found := folded.find(target, start)) >= 0:
+        out.append(text[start:found])
+        out.append(new)
+        start = found + len(target)
+    out.append(text[start:])
+    return "".join(out)
+
+
+def titles_scrubbed(text: str, titles: Iterable[str]) -> str:
+    """`text` with each of these titles replaced by the restricted-document placeholder."""
+    for title in sorted({t for t in titles if t.strip()}, key=len, reverse=True):
+        if title.casefold() in text.casefold():
+            text = replace_folded(text, title, str(RESTRICTED_DOCUMENT))
+    return text
 
 
 def _as_int(value: object) -> int | None:

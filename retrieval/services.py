@@ -25,6 +25,7 @@ from retrieval.pipeline.masking import DEFAULT_EMPLOYEE_ID_PATTERN, MaskingConfi
 from retrieval.pipeline.retrieve import RetrievalSettings, RewriteMode
 from retrieval.pipeline.rewrite_cache import RewriteCache
 from retrieval.pipeline.search import (
+    READABLE_CHUNKS_SQL,
     SPELLING_SIMILARITY,
     Scope,
     SearchEngine,
@@ -313,10 +314,6 @@ _LEXICON_SQL = f"""
     UNION ALL
     SELECT NULL, ({_VERSION_SQL}), NULL
 """  # noqa: S608 - constants; every value is bound
-_READABLE_CHUNKS_SQL = f"""
-    SELECT count(*) FROM retrieval_chunk
-    WHERE collection_id = %(collection)s AND {readable_sql("group_ids", public="is_public")}
-"""  # noqa: S608 - constants; every value is bound
 _COUNT_MAX_AGE_S = 60.0
 _readable_counts: dict[Scope, tuple[float, int, int]] = {}
 
@@ -453,7 +450,7 @@ class VocabularyLexicon:
             and time.monotonic() - cached[0] < _COUNT_MAX_AGE_S
         ):
             return cached[2]
-        row = conn.execute(_READABLE_CHUNKS_SQL, _scope_args(self.scope)).fetchone()
+        row = conn.execute(READABLE_CHUNKS_SQL, _scope_args(self.scope)).fetchone()
         count = int(row[0]) if row else 0
         _readable_counts[self.scope] = (time.monotonic(), version, count)
         return count

@@ -25,12 +25,14 @@ def eval_case_create(
     note: str = "",
     source_message_id: int | None = None,
     user: User | None = None,
+    history_documents: Sequence[int] = (),
 ) -> EvalCase:
     """Store a judged question (masked text) with the documents that answer it."""
     case = EvalCase.objects.create(
         collection=collection,
         question=question.strip(),
         history=[{"role": m["role"], "text": m["text"]} for m in history],
+        history_documents=sorted(set(history_documents)),
         category=category,
         expect_clarification=expect_clarification,
         language=detect_language(question) or "",

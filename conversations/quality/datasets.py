@@ -22,6 +22,8 @@ from retrieval.ingestion.services import (
     sources_from_paths,
     version_fields,
 )
+from retrieval.json_input import JSONInputError
+from retrieval.json_input import json_parse as safe_json
 from retrieval.models import Collection, GlossaryEntry
 from retrieval.pipeline.types import HistoryMessage
 
@@ -68,6 +70,14 @@ def file_checksum(path: Path) -> str:
     return digest.hexdigest()
 
 
+def json_parse(text: str, *, where: str) -> object:
+    """JSON that a person supplied, or EvaluationInputError (see retrieval.json_input)."""
+    try:
+        return safe_json(text, where=where)
+    except JSONInputError as exc:
+        raise EvaluationInputError(str(exc)) from exc
+
+
 def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
     if not path.is_file():
         raise EvaluationInputError(f"{path}: no such file")
@@ -75,10 +85,7 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise EvaluationInputError(f"{path}:{number}: invalid JSON ({exc.msg})") from exc
+            record = json_parse(line, where=f"{path}:{number}")
             if not isinstance(record, dict):
                 raise EvaluationInputError(f"{path}:{number}: expected a JSON object")
             yield number, record
@@ -178,10 +185,7 @@ def tasks_parse(text: str, *, name: str = "tasks") -> list[EvalTask]:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise EvaluationInputError(f"{name}:{number}: invalid JSON ({exc.msg})") from exc
+        record = json_parse(line, where=f"{name}:{number}")
         if not isinstance(record, dict):
             raise EvaluationInputError(f"{name}:{number}: expected a JSON object")
         tasks.append(task_from_record(record, where=f"{name}:{number}", default_id=str(number)))
@@ -194,10 +198,7 @@ def history_parse(text: str, *, where: str = "history") -> tuple[HistoryMessage,
     A JSON list of `{"role", "text"}` or of strings alternating user/assistant; a whole task
     record (an object with a "history" list) is accepted too.
     """
-    try:
-        raw = json.loads(text) if text.strip() else []
-    except json.JSONDecodeError as exc:
-        raise EvaluationInputError(f"{where}: invalid JSON ({exc.msg})") from exc
+    raw = json_parse(text, where=where) if text.strip() else []
     if isinstance(raw, dict):
         raw = raw.get("history") or []
     if not isinstance(raw, list):

@@ -28,6 +28,10 @@ class EvalCase(models.Model):
     question = models.TextField()
     # Earlier messages as [{"role": "user"|"assistant", "text": ...}], masked.
     history = models.JSONField(default=list, blank=True)
+    # The documents that history was written from (its answers' sources, its turns' hits), by
+    # primary key; 0 for one that was gone. A staff member who may not read one of them sees
+    # the history's answers as placeholders (`conversations.quality.admin.evaluation`).
+    history_documents = models.JSONField(default=list, blank=True, db_default=[])
     relevant_documents = models.ManyToManyField(Document, blank=True, related_name="+")
     category = models.CharField(
         max_length=30, choices=Category.choices, default=Category.STANDALONE

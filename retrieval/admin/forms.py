@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from django.utils.translation import gettext_lazy
 
 from retrieval.documents import UploadError, clean_folder
 from retrieval.ingestion.parsers import SUPPORTED_SUFFIXES
+from retrieval.json_input import JSONInputError, json_parse
 from retrieval.models import Collection
 from retrieval.pipeline.glossary import parse_glossary_json
 from retrieval.services import default_collection
@@ -124,9 +124,9 @@ class GlossaryImportForm(forms.Form):
     def clean_file(self) -> object:
         upload: UploadedFile = self.cleaned_data["file"]
         try:
-            data = json.loads(upload.read().decode("utf-8"))
+            data = json_parse(upload.read().decode("utf-8"), where=upload.name or "glossary")
             parse_glossary_json(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (UnicodeDecodeError, JSONInputError) as exc:
             raise forms.ValidationError(_("Not a JSON file: %(error)s") % {"error": exc}) from exc
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from exc

@@ -185,6 +185,37 @@ _NUM_END: Final[str] = r"(?![\w])(?![.,/-][0-9])"
 _SEPARATORS: Final[str] = " -."
 
 
+# Characters that stand for an ASCII digit, dash, separator or fullwidth sign, folded to it
+# one for one: the detectors read the folded text, so "５２９.９８２.２４７-２５", "٥٢٩٩٨٢٢٤٧٢٥",
+# "529.982.247–25" (a phone's or a word processor's dash) or "(11) 98765‑4321" are a CPF and
+# a phone number too. Before, they went unmasked into the trace and to the model. Positions
+# do not move, so what is replaced is the text as written.
+_DASHES: Final = frozenset("\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d")
+
+
+class _LookAlikes(dict[int, int]):
+    """A `str.translate` table filled as characters are first seen."""
+
+    def __missing__(self, code: int) -> int:
+        char = chr(code)
+        folded = code
+        if code >= 0x80:
+            digit = unicodedata.decimal(char, None)
+            if digit is not None:
+                folded = ord("0") + digit
+            elif char in _DASHES:
+                folded = ord("-")
+            elif 0xFF01 <= code <= 0xFF5E:  # fullwidth forms of ASCII
+                folded = code - 0xFEE0
+            elif unicodedata.category(char) == "Zs":  # no-break and thin spaces
+                folded = ord(" ")
+        self[code] = folded
+        return folded
+
+
+_LOOK_ALIKES: Final = _LookAlikes()
+
+
 def _right_ok(text: str, end: int) -> bool:
     """Python version of ``_NUM_END`` for candidates cut shorter in code."""
     if end >= len(text):
@@ -679,7 +710,8 @@ class Masker:
         taken = bytearray(len(text))
         for m in _PLACEHOLDER_RE.finditer(text):
             taken[m.start() : m.end()] = b"\x01" * (m.end() - m.start())
-        hits = [hit for detect in self._detectors for hit in detect(text)]
+        probe = text if text.isascii() else text.translate(_LOOK_ALIKES)
+        hits = [hit for detect in self._detectors for hit in detect(probe)]
         hits.sort(key=lambda h: (_RANK[h.kind], h.start - h.end, h.start))
         accepted: list[_Hit] = []
         for hit in hits:

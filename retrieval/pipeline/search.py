@@ -129,6 +129,13 @@ def readable_sql(groups: str, *, public: str) -> str:
 
 # On chunks, as both legs of the search filter them.
 _READABLE_CHUNK = readable_sql("c.group_ids", public="c.is_public")
+# On the vocabulary's rows, one per document-group set (empty: public documents).
+_READABLE_WORDS = readable_sql("vs.group_ids", public="vs.group_ids = '{}'")
+# How many chunks of a collection the reader may read: the "N" of the words' rarity.
+READABLE_CHUNKS_SQL = f"""
+    SELECT count(*) FROM retrieval_chunk c
+    WHERE c.collection_id = %(collection)s AND {_READABLE_CHUNK}
+"""  # noqa: S608 - constants; every value is bound
 
 
 def fulltext_words(text: str, max_terms: int = 32) -> list[str]:
@@ -241,10 +248,14 @@ terms AS MATERIALIZED (
     SELECT t.w, t.ord, v.df,
            row_number() OVER (ORDER BY v.df IS NULL, v.df, t.ord) AS rarity
     FROM unnest(%(words)s::text[]) WITH ORDINALITY AS t(w, ord)
-    -- One vocabulary row per document-group set: the word's df is their sum.
+    -- One vocabulary row per document-group set: the word's df is the sum of the sets the
+    -- reader may read. Counting the others too ranked a reader's results by words of
+    -- documents they cannot open (a restricted page full of "quilometragem" moved the
+    -- public ones about it down), so that the order told what those documents say.
     LEFT JOIN LATERAL (
         SELECT sum(vs.df) AS df FROM retrieval_vocabularyterm vs
         WHERE vs.collection_id = %(collection)s AND vs.word = lower(unaccent(t.w))
+          AND {_READABLE_WORDS}
     ) v ON true
 ),
 words AS MATERIALIZED (
@@ -417,11 +428,14 @@ def hybrid_search(
     *,
     chunk_count: int | None = None,
     table_share: float = 0.0,
+    readable_chunks: int | None = None,
 ) -> list[Hit]:
     """Run one hybrid search in a single round trip.
 
     `chunk_count` (the collection's size) sets which words are too common to search;
-    `table_share` (the collection's share of all chunks) how the collection is filtered.
+    `table_share` (the collection's share of all chunks) how the collection is filtered;
+    `readable_chunks` (what the reader may read of it) weighs the words' rarity, counted,
+    like their document frequencies, over what the reader may read only.
     """
     args = {
         "words": fulltext_words(request.text),
@@ -432,7 +446,7 @@ def hybrid_search(
         "kt": params.text_candidates,
         "rerank": max(params.text_rerank, params.text_candidates),
         **text_bounds(params, chunk_count),
-        "n_chunks": chunk_count or UNKNOWN_SIZE,
+        "n_chunks": readable_chunks or chunk_count or UNKNOWN_SIZE,
         "by_row_df": by_row_df(params, chunk_count, table_share),
         "wv": params.vector_weight,
         "wt": params.text_weight,
@@ -492,6 +506,7 @@ class SearchEngine:
         )
         self._executor = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="search")
         self._sizes: dict[int, tuple[float, int, float]] = {}
+        self._readable: dict[Scope, tuple[float, int]] = {}
 
     def _configure(self, conn: Connection[Any]) -> None:
         # Iterative scans let a permission-filtered HNSW search still return k rows.
@@ -521,26 +536,50 @@ class SearchEngine:
         """How many chunks a collection has (cached a minute: it only sizes term filters)."""
         return self.collection_size(collection_id)[0]
 
+    def readable_chunks(self, scope: Scope, *, max_age: float = 60.0) -> int:
+        """How many chunks of the collection the reader may read; cached a minute (it only
+        weighs the words' rarity)."""
+        cached = self._readable.get(scope)
+        if cached is not None and time.monotonic() - cached[0] < max_age:
+            return cached[1]
+        with self.pool.connection() as conn:
+            args = {"collection": scope.collection_id, **scope.sql_args()}
+            row = conn.execute(READABLE_CHUNKS_SQL, args).fetchone()
+        count = int(row[0]) if row else 0
+        self._readable[scope] = (time.monotonic(), count)
+        return count
+
+    def _sizes_for(self, scope: Scope) -> tuple[int, float, int]:
+        count, share = self.collection_size(scope.collection_id)
+        return count, share, self.readable_chunks(scope)
+
     def search(self, request: SearchRequest, scope: Scope, params: SearchParams) -> list[Hit]:
-        return self._search(request, scope, params, self.collection_size(scope.collection_id))
+        return self._search(request, scope, params, self._sizes_for(scope))
 
     def _search(
         self,
         request: SearchRequest,
         scope: Scope,
         params: SearchParams,
-        size: tuple[int, float],
+        size: tuple[int, float, int],
     ) -> list[Hit]:
+        count, share, readable = size
         with self.pool.connection() as conn:
             return hybrid_search(
-                conn, request, scope, params, chunk_count=size[0], table_share=size[1]
+                conn,
+                request,
+                scope,
+                params,
+                chunk_count=count,
+                table_share=share,
+                readable_chunks=readable,
             )
 
     def search_many(
         self, requests: Sequence[SearchRequest], scope: Scope, params: SearchParams
     ) -> list[list[Hit]]:
         """Run all requests concurrently; results keep the requests' order."""
-        size = self.collection_size(scope.collection_id)  # once, not per thread
+        size = self._sizes_for(scope)  # once, not per thread
         if len(requests) == 1:
             return [self._search(requests[0], scope, params, size)]
         futures = [self._executor.submit(self._search, r, scope, params, size) for r in requests]

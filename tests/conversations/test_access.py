@@ -505,3 +505,31 @@ def test_behind_proxies_the_forwarded_client_address_is_counted(
     assert spoofed.status_code == 429
     other = _login(Client(REMOTE_ADDR=proxy), "pw-ana-123", HTTP_X_FORWARDED_FOR="198.51.100.4")
     assert other.status_code == 302
+
+
+@pytest.mark.parametrize(
+    ("origin", "host", "same"),
+    [
+        ("http://127.0.0.1:8000", "127.0.0.1:8000", True),
+        ("http://127.0.0.1:9999", "127.0.0.1:8000", False),
+        ("http://localhost:8000", "127.0.0.1:8000", False),
+        # Behind nginx the Host has no port: the Origin's must be its scheme's default.
+        ("https://chat.example.com", "chat.example.com", True),
+        ("https://chat.example.com:443", "chat.example.com", True),
+        ("https://chat.example.com:8443", "chat.example.com", False),
+        ("http://[::1]:8000", "[::1]:8000", True),
+        ("http://127.0.0.1:8000/path", "127.0.0.1:8000", False),
+        ("null", "127.0.0.1:8000", False),
+        ("", "127.0.0.1:8000", False),
+        ("http://127.0.0.1:8000", "", False),
+    ],
+)
+def test_a_websocket_origin_must_be_the_site_it_was_opened_on(
+    origin: str, host: str, same: bool
+) -> None:
+    from chatrag.middleware import same_origin
+
+    assert same_origin(origin, host, []) is same
+    assert same_origin(
+        "https://chat.example.com:8443", "internal:8000", ["https://chat.example.com:8443"]
+    )

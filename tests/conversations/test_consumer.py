@@ -73,8 +73,17 @@ async def test_unauthenticated_socket_is_closed_with_4401() -> None:
 
 @pytest.mark.parametrize(
     "origin",
-    [b"https://evil.example", b"http://127.0.0.1.evil.example:8000", b"null", None],
-    ids=["foreign", "look-alike", "null", "missing"],
+    [
+        b"https://evil.example",
+        b"http://127.0.0.1.evil.example:8000",
+        b"null",
+        None,
+        # The attack: a page on another port of the same host (another app, a dev tool)
+        # opened the socket with the user's cookies (same site) and read their chats.
+        b"http://127.0.0.1:9999",
+        b"http://127.0.0.1",
+    ],
+    ids=["foreign", "look-alike", "null", "missing", "other-port", "default-port"],
 )
 async def test_foreign_or_missing_origin_is_rejected(
     personas: dict[str, Any], origin: bytes | None

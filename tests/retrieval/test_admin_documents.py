@@ -317,3 +317,20 @@ def test_an_upload_never_replaces_a_document_its_uploader_may_not_read(
             },
         )
     assert Document.objects.get(external_id="pt/faixas-salariais-2026").title == "Tabela nova"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"[" * 5000 + b"]" * 5000, b'{"VR\\u0000": "vale-refei\\u00e7\\u00e3o"}'],
+    ids=["nested", "nul"],
+)
+def test_a_hostile_glossary_file_is_refused_with_its_reason(
+    staff_client: Client, content: bytes
+) -> None:
+    """The attack: each was an HTTP 500 (RecursionError in json; PostgreSQL refusing NUL)."""
+    response = staff_client.post(
+        reverse("admin:retrieval_glossaryentry_import"),
+        {"collection": default_collection().pk, "file": SimpleUploadedFile("g.json", content)},
+    )
+    assert response.status_code == 200 and response.context["form"].errors["file"]
+    assert not GlossaryEntry.objects.filter(term__startswith="VR").exists()

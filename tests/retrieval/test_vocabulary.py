@@ -8,6 +8,7 @@ they may read: public plus their groups.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -136,3 +137,28 @@ def test_statistics_kept_between_turns_are_those_of_a_fresh_lookup(
     rita = _lexicon(personas["rita"], small_kb)(now)
     assert "desenvolvedr" not in ana.corrections
     assert rita.corrections["desenvolvedr"] == "desenvolvedor"
+
+
+def test_a_readers_full_text_ranking_ignores_documents_they_cannot_read(
+    small_kb: Any, personas: dict[str, Any]
+) -> None:
+    """The attack: a plain employee's sources (the playground's full-text ranks too) came in
+    another order once a restricted page repeating one of the question's words was uploaded,
+    and back when it was deleted: the words' rarity counted chunks the reader cannot open."""
+    from retrieval.documents import documents_delete
+    from retrieval.pipeline.search import SearchRequest
+    from retrieval.services import search_params
+
+    params = replace(search_params(), legs="text")
+    # Words of public pages that the restricted salary table uses as well ("salario", "dias").
+    request = SearchRequest("salário das férias em dias úteis de trabalho remoto", [])
+    scope = scope_for_user(user=personas["ana"], collection=small_kb)
+    engine = search_engine()
+
+    def ranking() -> list[tuple[int, float]]:
+        return [(h.chunk_id, round(h.score, 9)) for h in engine.search(request, scope, params)]
+
+    before = ranking()
+    assert before
+    documents_delete(documents=Document.objects.filter(external_id="pt/faixas-salariais-2026"))
+    assert ranking() == before

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
 from django.db.models import Count, ManyToManyField, QuerySet
 from django.forms import ModelMultipleChoiceField
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -25,15 +27,23 @@ from conversations.quality.runs import (
     run_history,
     run_metrics,
 )
-from retrieval.access import DocumentAccess, document_access, documents_readable
+from retrieval.access import (
+    RESTRICTED_PASSAGE,
+    DocumentAccess,
+    document_access,
+    documents_readable,
+    titles_scrubbed,
+)
 from retrieval.admin.base import ListFilterLookupsOnly, ObjectContextAdmin, admin_page, request_user
 from retrieval.admin.progress import ProgressMixin
+from retrieval.models import Document
+from retrieval.services import default_collection
 
 
 @admin.register(EvalCase)
 class EvalCaseAdmin(ListFilterLookupsOnly, admin.ModelAdmin[EvalCase]):
     list_display = [
-        "question",
+        "question_listed",
         "category",
         "relevant_count",
         "expect_clarification",
@@ -64,6 +74,53 @@ class EvalCaseAdmin(ListFilterLookupsOnly, admin.ModelAdmin[EvalCase]):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[EvalCase]:
         return super().get_queryset(request).annotate(n_relevant=Count("relevant_documents"))
+
+    # A case's history may hold answers written from documents this staff member may not
+    # read (a member of the group marked it): as on the turn's own pages, its answers are
+    # placeholders and those documents' titles are replaced, in the history and the
+    # question, which are then read-only (a save must not store the placeholders).
+
+    def get_fields(self, request: HttpRequest, obj: EvalCase | None = None) -> Any:
+        fields = list(super().get_fields(request, obj))
+        if obj is None or _hidden_titles(request, obj) is None:
+            return fields
+        shown = {"history": "history_shown", "question": "question_shown"}
+        return [shown.get(f, f) if isinstance(f, str) else f for f in fields]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: EvalCase | None = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None and _hidden_titles(request, obj) is not None:
+            fields += ["history_shown", "question_shown"]
+        return fields
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return EvalCaseChangeList
+
+    @admin.display(description=gettext_lazy("question"))
+    def question_shown(self, obj: EvalCase) -> str:
+        return titles_scrubbed(obj.question, getattr(obj, "hidden_titles", None) or ())
+
+    @admin.display(description=gettext_lazy("history"))
+    def history_shown(self, obj: EvalCase) -> str:
+        titles = getattr(obj, "hidden_titles", None) or ()
+        return json.dumps(
+            [
+                {
+                    "role": m.get("role"),
+                    "text": titles_scrubbed(str(m.get("text", "")), titles)
+                    if m.get("role") == "user"
+                    else str(RESTRICTED_PASSAGE),
+                }
+                for m in obj.history
+                if isinstance(m, dict)
+            ],
+            ensure_ascii=False,
+        )
+
+    @admin.display(description=gettext_lazy("question"), ordering="question")
+    def question_listed(self, obj: EvalCase) -> str:
+        # Set by EvalCaseChangeList; nothing outside it.
+        return str(getattr(obj, "question_listed_text", ""))
 
     def get_search_fields(self, request: HttpRequest) -> list[str]:
         # Searching by document id would tell who may not read them which ids exist.
@@ -126,6 +183,38 @@ class EvalCaseAdmin(ListFilterLookupsOnly, admin.ModelAdmin[EvalCase]):
     def deactivate(self, request: HttpRequest, queryset: QuerySet[EvalCase]) -> None:
         count = queryset.update(active=False)
         self.message_user(request, _("%(count)d cases off.") % {"count": count})
+
+
+def _hidden_titles(request: HttpRequest, case: EvalCase) -> frozenset[str] | None:
+    """The titles to hide from this viewer in the case's history and question, or None when
+    they may read every document the history was written from. Kept on the case, which is
+    the instance the change form renders."""
+    # An attribute of this page's instance only (setattr: the model does not declare it).
+    if not hasattr(case, "hidden_titles"):
+        titles = _titles_unreadable(request, case.history_documents or [])
+        setattr(case, "hidden_titles", titles)  # noqa: B010
+    hidden: frozenset[str] | None = getattr(case, "hidden_titles")  # noqa: B009
+    return hidden
+
+
+def _titles_unreadable(request: HttpRequest, ids: list[Any]) -> frozenset[str] | None:
+    if not ids:
+        return None
+    access = document_access(user=request.user, collection=default_collection(), document_ids=ids)
+    unreadable = [i for i in ids if not access.can_read(document_id=i)]
+    if not unreadable:
+        return None
+    return frozenset(Document.objects.filter(pk__in=unreadable).values_list("title", flat=True))
+
+
+class EvalCaseChangeList(ChangeList):
+    """The list's questions, their unreadable titles replaced as on the case's page."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        for case in self.result_list:
+            titles = _hidden_titles(request, case) or ()
+            case.question_listed_text = titles_scrubbed(case.question, titles)
 
 
 def _metric(request: HttpRequest, run: EvaluationRun | None) -> str:

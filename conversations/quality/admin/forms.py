@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
@@ -10,7 +9,7 @@ from django.core.files.uploadedfile import UploadedFile
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from conversations.quality.datasets import EvaluationInputError, tasks_parse
+from conversations.quality.datasets import EvaluationInputError, json_parse, tasks_parse
 from conversations.quality.models import EvaluationRun
 from conversations.quality.runs import evaluation_modes_available
 from retrieval.admin.forms import company_collections, offer_collections
@@ -80,6 +79,8 @@ class EvaluationRunForm(forms.Form):
             except EvaluationInputError as exc:
                 self.add_error("tasks_file", str(exc))
                 return data
-            data["records"] = [json.loads(line) for line in text.splitlines() if line.strip()]
+            data["records"] = [
+                json_parse(line, where="tasks") for line in text.splitlines() if line.strip()
+            ]
             data["label"] = upload.name or "tasks"
         return data

@@ -33,12 +33,17 @@ from conversations.quality.admin.filters import (
 )
 from conversations.quality.cases import eval_case_create
 from conversations.quality.models import EvalCase
-from conversations.quality.review.restricted import TurnRedactor, ranking_redacted
+from conversations.quality.review.restricted import (
+    TurnRedactor,
+    ranking_redacted,
+    redactors_by_conversation,
+)
 from conversations.quality.review.selectors import (
     attention_traces,
     glossary_candidates_for,
     slow_threshold_ms,
     traces_annotated,
+    window_documents,
 )
 from conversations.quality.review.services import (
     staff_access_record,
@@ -100,6 +105,44 @@ class ReviewListMixin(ListFilterLookupsOnly):
         return response
 
 
+class ScrubbedChangeList(ChangeList):
+    """A review list whose rows show a person's text (a conversation's title, a turn's
+    question) as the conversation's own pages do: a title of a document the viewer may not
+    read, which a question repeats once a clarification's option is clicked, is replaced.
+    Each row by its own conversation's redactor (`redactors_by_conversation`)."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        rows = list(self.result_list)
+        owner = self.model_admin
+        assert isinstance(owner, RowTextMixin)
+        redactors = redactors_by_conversation(
+            viewer=_staff(request), conversation_ids={owner.row_conversation(r) for r in rows}
+        )
+        for row in rows:
+            text = owner.row_text(row)
+            redactor = redactors.get(owner.row_conversation(row))
+            row.text_shown = redactor.scrub(text) if redactor is not None else text
+
+
+class RowTextMixin:
+    """What `ScrubbedChangeList` reads of a row: its conversation and its person's text."""
+
+    def row_conversation(self, obj: Any) -> int:
+        return int(obj.message.conversation_id)
+
+    def row_text(self, obj: Any) -> str:
+        return str(obj.masked_question)
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return ScrubbedChangeList
+
+
+def _shown(obj: Any) -> str:
+    """The row's text as `ScrubbedChangeList` left it (nothing outside such a list)."""
+    return str(getattr(obj, "text_shown", ""))
+
+
 def _conversation_link(conversation_id: int, label: object = None) -> str:
     url = reverse("admin:conversations_conversation_change", args=[conversation_id])
     return format_html('<a href="{}">{}</a>', url, label if label is not None else conversation_id)
@@ -119,7 +162,9 @@ def _trace_flags(trace: TurnTrace) -> list[str]:
 
 
 @admin.register(Conversation)
-class ConversationAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[Conversation]):
+class ConversationAdmin(
+    RowTextMixin, ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[Conversation]
+):
     """The conversation list with review filters; a conversation's page is its timeline.
 
     Staff read conversations; only their owners write them.
@@ -155,9 +200,15 @@ class ConversationAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[
             )
         )
 
+    def row_conversation(self, obj: Any) -> int:
+        return int(obj.pk)
+
+    def row_text(self, obj: Any) -> str:
+        return masked_title(obj)
+
     @admin.display(description=gettext_lazy("title (masked)"))
     def safe_title(self, obj: Conversation) -> str:
-        return masked_title(obj) or _("(untitled)")
+        return _shown(obj) or _("(untitled)")
 
     @admin.display(description=gettext_lazy("turns"), ordering="n_turns")
     def turns(self, obj: Conversation) -> int:
@@ -169,9 +220,13 @@ class ConversationAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[
 
     def change_context(self, request: HttpRequest, conversation: Conversation) -> dict[str, Any]:
         _record_access(request, conversation, "conversation timeline")
+        redactor = redactors_by_conversation(
+            viewer=_staff(request), conversation_ids=[conversation.pk]
+        ).get(conversation.pk)
+        title = masked_title(conversation)
         return {
             "timeline": conversation_timeline(conversation=conversation, viewer=_staff(request)),
-            "masked_title": masked_title(conversation),
+            "masked_title": redactor.scrub(title) if redactor is not None else title,
             "slow_ms": _slow_ms(),
         }
 
@@ -234,7 +289,9 @@ class MarkDocumentsForm(forms.Form):
 
 
 @admin.register(TurnTrace)
-class TurnTraceAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[TurnTrace]):
+class TurnTraceAdmin(
+    RowTextMixin, ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[TurnTrace]
+):
     """Every turn; a turn's page shows its whole trace, with retry and marking tools."""
 
     list_display = [
@@ -270,7 +327,7 @@ class TurnTraceAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[Tur
 
     @admin.display(description=gettext_lazy("question (masked)"))
     def question(self, obj: TurnTrace) -> str:
-        text = obj.masked_question
+        text = _shown(obj)
         return text if len(text) <= 90 else text[:89] + "…"
 
     @admin.display(description=gettext_lazy("rewrite"))
@@ -377,6 +434,7 @@ class TurnTraceAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[Tur
                     note=form.cleaned_data["note"],
                     source_message_id=trace.message_id,
                     user=_staff(request),
+                    history_documents=window_documents(question=trace.message),
                 )
                 traces_mark_reviewed(
                     traces=TurnTrace.objects.filter(pk=trace.pk), user=_staff(request)
@@ -437,7 +495,7 @@ class TurnTraceAdmin(ReviewListMixin, NoAddOrChangeMixin, ObjectContextAdmin[Tur
 # --- the "needs attention" panel ------------------------------------------------------------
 
 
-class AttentionChangeList(ChangeList):
+class AttentionChangeList(ScrubbedChangeList):
     """Adds glossary candidates to the page's rows with one vocabulary query."""
 
     def get_results(self, request: HttpRequest) -> None:
@@ -448,7 +506,9 @@ class AttentionChangeList(ChangeList):
 
 
 @admin.register(AttentionTurn)
-class AttentionTurnAdmin(ReviewListMixin, NoAddOrChangeMixin, admin.ModelAdmin[AttentionTurn]):
+class AttentionTurnAdmin(
+    RowTextMixin, ReviewListMixin, NoAddOrChangeMixin, admin.ModelAdmin[AttentionTurn]
+):
     """Turns with no or weak results, a thumbs down or an anomaly, with what to do next."""
 
     list_display = ["when", "conversation", "owner", "question", "reasons", "next_steps"]
@@ -478,7 +538,7 @@ class AttentionTurnAdmin(ReviewListMixin, NoAddOrChangeMixin, admin.ModelAdmin[A
 
     @admin.display(description=gettext_lazy("question (masked)"))
     def question(self, obj: AttentionTurn) -> str:
-        return obj.masked_question
+        return _shown(obj)
 
     @admin.display(description=gettext_lazy("why"))
     def reasons(self, obj: AttentionTurn) -> str:

@@ -33,6 +33,7 @@ from retrieval.access import (
     DocumentAccess,
     document_access,
     external_ids_unreadable,
+    replace_folded,
 )
 from retrieval.services import default_collection
 
@@ -61,6 +62,7 @@ class TurnRedactor:
 
     def __init__(self, *, viewer: User, messages: Sequence[Message]) -> None:
         self.viewer = viewer
+        self._messages = list(messages)
         questions = [m for m in messages if m.role == Message.Role.USER]
         answers = [m for m in messages if m.role == Message.Role.ASSISTANT]
         self.access: DocumentAccess = document_access(
@@ -113,10 +115,26 @@ class TurnRedactor:
     @cached_property
     def _ids_hidden(self) -> frozenset[str]:
         # Scrubbed from free text only, not matched against answers (no answer quotes a path);
-        # read once, when a page first scrubs something.
+        # read once, when a page first scrubs something. Only ids the conversation could name:
+        # its stored hits, and documents its owner may read (its notes name what the owner's
+        # searches found). Any other id is text someone typed, and replacing it would tell
+        # the viewer that a document they may not read has that id.
         if self.access.everything:
             return frozenset()
-        return external_ids_unreadable(user=self.viewer, collection=default_collection())
+        hits = {
+            h.document
+            for m in self._messages
+            if m.role == Message.Role.USER
+            for h in _hits(_trace_of(m))
+            if not self.access.can_read(external_id=h.document)
+        }
+        conversations = {m.conversation_id for m in self._messages}
+        if len(conversations) != 1:  # several conversations: their hits only
+            return frozenset(hits)
+        owner = self._messages[0].conversation.owner
+        return frozenset(hits) | external_ids_unreadable(
+            user=self.viewer, collection=default_collection(), readable_by=owner
+        )
 
     @property
     def everything(self) -> bool:
@@ -167,12 +185,31 @@ class TurnRedactor:
         document's id, replaced by the placeholder."""
         for name in sorted(self.titles | self._ids_hidden, key=len, reverse=True):
             if name and name.casefold() in text.casefold():
-                text = _replace_folded(text, name, str(RESTRICTED_DOCUMENT))
+                text = replace_folded(text, name, str(RESTRICTED_DOCUMENT))
         return text
 
     def ranking(self, ranking: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
         """(external id, title) pairs, as the retry and marking pages list them."""
         return [(self.hit_document(d), self.hit_title(t, d)) for d, t in ranking]
+
+
+def redactors_by_conversation(
+    *, viewer: User, conversation_ids: Iterable[int]
+) -> dict[int, TurnRedactor]:
+    """One redactor per conversation, for a list page's rows (one query for their messages).
+
+    Each row is scrubbed by its own conversation's redactor, never by one built over the
+    whole page: a title retrieved in one conversation is no reason to touch words typed in
+    another (that would tell the viewer which titles exist).
+    """
+    messages: dict[int, list[Message]] = {}
+    for message in (
+        Message.objects.filter(conversation_id__in=set(conversation_ids))
+        .select_related("trace", "conversation__owner")
+        .order_by("created_at", "id")
+    ):
+        messages.setdefault(message.conversation_id, []).append(message)
+    return {cid: TurnRedactor(viewer=viewer, messages=ms) for cid, ms in messages.items()}
 
 
 def ranking_redacted(*, viewer: User, ranking: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -181,17 +218,3 @@ def ranking_redacted(*, viewer: User, ranking: Sequence[tuple[str, str]]) -> lis
         user=viewer, collection=default_collection(), external_ids=[d for d, _ in ranking]
     )
     return [(access.external_id(d), access.title(t, external_id=d)) for d, t in ranking]
-
-
-def _replace_folded(text: str, old: str, new: str) -> str:
-    """Replace `old` in `text` ignoring case (titles are matched the way answers quote them)."""
-    folded, target = text.casefold(), old.casefold()
-    if len(folded) != len(text):  # casefold changed lengths (ß → ss): hide the whole text
-        return new
-    out, start = [], 0
-    while (found := folded.find(target, start)) >= 0:
-        out.append(text[start:found])
-        out.append(new)
-        start = found + len(target)
-    out.append(text[start:])
-    return "".join(out)

@@ -25,10 +25,10 @@ from django.db.models import (
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
-from conversations.models import Conversation, Feedback, TurnTrace
+from conversations.models import Conversation, Feedback, Message, TurnTrace
 from conversations.quality.review.candidates import glossary_candidates, vocabulary_words
-from conversations.trace import STRONG_PATH
-from retrieval.models import GlossaryEntry
+from conversations.trace import STRONG_PATH, read_trace
+from retrieval.models import Document, GlossaryEntry
 from retrieval.services import default_collection, scope_for_user, vocabulary_df
 
 T = TypeVar("T", bound=TurnTrace)
@@ -130,3 +130,30 @@ def glossary_candidates_for(traces: Sequence[TurnTrace], *, viewer: User) -> dic
         trace_id: glossary_candidates(question, df=df, glossary_terms=terms)
         for trace_id, question in questions.items()
     }
+
+
+def window_documents(*, question: Message) -> list[int]:
+    """The documents a turn's window was written from, by primary key (0: one that is gone).
+
+    The sources of the answers before the turn and the hits of the turns before it (a
+    clarification names hits' titles): what an evaluation case marked from the turn keeps
+    beside its history, so that staff who may not read one of them see no answer of it.
+    """
+    earlier = Message.objects.filter(conversation_id=question.conversation_id, id__lt=question.id)
+    ids: set[int] = set()
+    for sources in earlier.filter(role=Message.Role.ASSISTANT).values_list("sources", flat=True):
+        for source in sources if isinstance(sources, list) else []:
+            document_id = source.get("document_id") if isinstance(source, dict) else None
+            if isinstance(document_id, int) and not isinstance(document_id, bool):
+                ids.add(document_id)
+    named = {
+        hit.document
+        for trace in TurnTrace.objects.filter(message__in=earlier)
+        for hit in read_trace(trace).search.hits
+    }
+    found = dict(
+        Document.objects.filter(collection=default_collection(), external_id__in=named).values_list(
+            "external_id", "pk"
+        )
+    )
+    return sorted(ids | {found.get(name, 0) for name in named})

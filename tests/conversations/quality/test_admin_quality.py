@@ -229,3 +229,27 @@ def test_the_old_addresses_of_the_evaluation_pages_lead_to_them(staff_client: Cl
     assert posted["Location"] == reverse("admin:quality_evalcase_changelist")
     # Other knowledge-base pages keep their addresses.
     assert staff_client.get("/admin/retrieval/document/").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"[" * 5000 + b"]" * 5000, b'{"question": "q\\u0000", "relevant": ["pt/x"]}\n'],
+    ids=["nested", "nul"],
+)
+def test_a_hostile_tasks_file_is_refused_with_its_reason(
+    staff_client: Client, small_kb: Any, content: bytes
+) -> None:
+    """The attack: each was an HTTP 500 (RecursionError in json; PostgreSQL refusing NUL)."""
+    response = staff_client.post(
+        reverse("admin:quality_evaluationrun_add"),
+        {
+            "source": "file",
+            "tasks_file": SimpleUploadedFile("tasks.jsonl", content),
+            "collection": small_kb.pk,
+            "modes": ["none"],
+            "ks": "5",
+        },
+    )
+    assert response.status_code == 200
+    assert response.context["form"].errors["tasks_file"]
+    assert not EvaluationRun.objects.exists()

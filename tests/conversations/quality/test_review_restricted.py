@@ -9,6 +9,7 @@ group), Helena (the same rights, in the group) and a superuser.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -556,3 +557,106 @@ def test_notes_naming_a_restricted_document_by_id_are_scrubbed(
         _assert_hidden(html)
         assert PLACEHOLDER_DOCUMENT in html
         assert SALARY_ID in _get(helena, url)
+
+
+def test_an_id_typed_into_the_viewers_own_chat_is_no_oracle(
+    documents: dict[str, Document], vera: User
+) -> None:
+    """The attack: Vera (staff, outside the group) asks in her own chat about guessed
+    document ids (file names: "rh/demissao-fulano") and opens her turn on the timeline; the
+    id of an existing restricted document came back as "[restricted document]", a made-up
+    one as typed."""
+    vera.user_permissions.add(Permission.objects.get(codename="view_turntrace"))
+    conversation = conversation_create(user=vera)
+    made_up = "pt/faixas-salariais-2025"
+    for guess in (SALARY_ID, made_up):
+        trace = _turn(
+            conversation,
+            f"o que diz {guess} sobre férias?",
+            hits=[(PUBLIC_ID, PUBLIC_TITLE)],
+            answer="São 30 dias por ano [1].",
+            sources=[],
+            rewrite={"notes": [f"may follow up on '{guess}'"]},
+        )
+        page = _get(vera, reverse("admin:conversations_turntrace_change", args=[trace.pk]))
+        assert guess in page and PLACEHOLDER_DOCUMENT not in page, guess
+    timeline = _get(
+        vera, reverse("admin:conversations_conversation_change", args=[conversation.pk])
+    )
+    assert SALARY_ID in timeline and made_up in timeline
+    assert PLACEHOLDER_DOCUMENT not in timeline
+
+
+def test_a_clicked_option_is_no_restricted_title_on_the_lists(
+    talk: Talk, vera: User, helena: User, documents: dict[str, Document]
+) -> None:
+    """The attack: Rita clicks the clarification's option, so her next question is the
+    restricted title. Its turn page hid it; the turn list, the attention panel, the
+    conversation list and the timeline's heading showed it to Vera. A conversation whose
+    first question it is takes it as its title."""
+    for conversation in (talk.conversation, conversation_create(user=talk.conversation.owner)):
+        trace = _turn(
+            conversation,
+            SALARY_TITLE,
+            hits=[(SALARY_ID, SALARY_TITLE)],
+            answer=f"A faixa do {SALARY_SECTION} vai de {SALARY_FACT} [1].",
+            sources=[{"n": 1, "document_id": documents["salary"].pk, "title": SALARY_TITLE}],
+        )
+        Feedback.objects.create(
+            message=Message.objects.get(reply_to=trace.message), user=conversation.owner, value=-1
+        )
+        conversation.refresh_from_db()
+    assert SALARY_TITLE in conversation.title
+    pages = [
+        reverse(f"admin:conversations_{name}_changelist")
+        for name in ("conversation", "turntrace", "attentionturn")
+    ]
+    pages.append(reverse("admin:conversations_conversation_change", args=[conversation.pk]))
+    for page in pages:
+        params = {"review": "all"} if "attention" in page else {}
+        html = _get(vera, page, **params)
+        _assert_hidden(html)
+        assert PLACEHOLDER_DOCUMENT in html, page
+        assert SALARY_TITLE in _get(helena, page, **params), page
+
+
+def test_an_evaluation_case_marked_by_a_group_member_keeps_its_answers_from_vera(
+    talk: Talk, documents: dict[str, Document], boss: User
+) -> None:
+    """The attack: Helena (in the group) marks the right documents of Rita's follow-up, whose
+    window holds the restricted answer; Vera (view and change rights on evaluation cases,
+    outside the group) read that answer in the case's history."""
+    helena = _staff("helena", rights=[*REVIEW_RIGHTS, "add_evalcase", "view_evalcase"], group=True)
+    vera = _staff("vera", rights=["view_evalcase", "change_evalcase"])
+    client = Client()
+    client.force_login(helena)
+    response = client.post(
+        reverse("admin:conversations_turntrace_mark_documents", args=[talk.follow_up.pk]),
+        {"question": "e as férias?", "retrieved": [PUBLIC_ID], "category": "follow-up"},
+    )
+    assert response.status_code == 302
+    case = EvalCase.objects.get()
+    assert SALARY_FACT in json.dumps(case.history, ensure_ascii=False)
+    url = reverse("admin:quality_evalcase_change", args=[case.pk])
+    html = _get(vera, url)
+    _assert_hidden(html)
+    assert PLACEHOLDER_PASSAGE in html
+    assert "qual a faixa do nível 3?" in html  # Rita's own question stays
+    _assert_hidden(_get(vera, reverse("admin:quality_evalcase_changelist")))
+    assert SALARY_FACT in _get(helena, url) and SALARY_FACT in _get(boss, url)
+    # Saving the case from her page leaves the history as it was.
+    client.force_login(vera)
+    response = client.post(
+        url,
+        {
+            "collection": default_collection().pk,
+            "relevant_documents": [documents["public"].pk],
+            "category": EvalCase.Category.FOLLOW_UP,
+            "language": "pt",
+            "active": "on",
+        },
+    )
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    case.refresh_from_db()
+    assert SALARY_FACT in json.dumps(case.history, ensure_ascii=False)
+    assert case.question == "e as férias?"

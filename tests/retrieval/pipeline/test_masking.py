@@ -163,6 +163,44 @@ def test_cpf_with_and_without_punctuation_share_a_placeholder() -> None:
     assert masker.counts == {"CPF": 1}
 
 
+@pytest.mark.parametrize(
+    "written",
+    [
+        "５２９.９８２.２４７-２５",  # fullwidth digits (an East Asian keyboard, a copy from a PDF)
+        "５２９．９８２．２４７－２５",  # fullwidth punctuation too
+        "٥٢٩٩٨٢٢٤٧٢٥",  # Arabic-Indic digits
+        "𝟓𝟐𝟗.𝟗𝟖𝟐.𝟐𝟒𝟕-𝟐𝟓",  # mathematical bold digits
+        "529.982.247–25",  # an en dash (what phones and word processors turn "-" into)
+        "529.982.247‑25",  # a non-breaking hyphen
+    ],
+)
+def test_a_cpf_written_with_look_alike_characters_is_masked(written: str) -> None:
+    """The attack: these reached the trace (the staff's pages) and the model as typed."""
+    masker = Masker()
+    masked = masker.mask(f"meu cpf é {written} e o do meu filho 529.982.247-25")
+    assert masked == "meu cpf é [CPF_1] e o do meu filho [CPF_1]"
+    assert masker.unmask("[CPF_1]") == written
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("ligue (11) 98765–4321", "PHONE"),
+        ("ligue (11)\u00a098765-4321", "PHONE"),
+        ("ｊｏａｏ.ｓｉｌｖａ＠ｅｘｅｍｐｌｏ.ｃｏｍ", "EMAIL"),
+        ("CNPJ １１.２２２.３３３/０００１-８１", "CNPJ"),
+    ],
+)
+def test_other_data_written_with_look_alike_characters_is_masked(text: str, kind: str) -> None:
+    masked = Masker().mask(text)
+    assert f"[{kind}_1]" in masked, masked
+
+
+def test_look_alike_characters_elsewhere_are_left_as_written() -> None:
+    text = "férias – 30 dias ２０２６ ﬁm"
+    assert Masker().mask(text) == text
+
+
 # --------------------------------------------------------------------------
 # CNPJ
 # --------------------------------------------------------------------------
