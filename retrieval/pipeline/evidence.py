@@ -78,11 +78,6 @@ def _confident(hits: Sequence[Hit]) -> bool:
     return vector <= CONFIDENT_RANK and text <= CONFIDENT_RANK
 
 
-COVERAGE = True
-COVER_SWITCH = True
-COVER_FOLLOW = True
-
-
 COVER_STEM = 5  # Snowball stems cut this short: "devolver" / "devolução", "pedir" / "pedido"
 
 
@@ -143,14 +138,13 @@ def choose_reading(
     alone = _documents(results[standalone])
     together = _documents(results[contextual])
     around = _documents(topic_hits or [])[:NEIGHBOURHOOD]
-    if COVERAGE and new_terms and together and together[0] != alone[0]:
+    if new_terms and together and together[0] != alone[0]:
         # What the two readings' best documents say of the turn's own new words.
         wanted = _roots(new_terms, language)
         own = _said(results[standalone], alone[0], language) & wanted
         topical = _said(results[contextual], together[0], language) & wanted
         if (
-            COVER_SWITCH
-            and own == wanted
+            own == wanted
             and not topical
             and _names_something(new_terms, queries[standalone].text)
             and _confident(results[standalone])
@@ -164,7 +158,7 @@ def choose_reading(
                 f"({', '.join(new_terms)}), the conversation's page '{together[0]}' none"
             )
             return ReadingDecision(keep, "standalone", reason)
-        if COVER_FOLLOW and topical > own and _confident(results[contextual]):
+        if topical > own and _confident(results[contextual]):
             # "tenho q devolver se pedir demissão?" after the education allowance: the
             # topic-aware reading's page says more of the turn's own words (its repayment
             # rule: "devolver") than the resignation page the words alone find.

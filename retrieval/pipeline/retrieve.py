@@ -98,7 +98,7 @@ class RetrievalOutcome:
     timings_ms: dict[str, float]
     errors: list[str]
     masker: Masker
-    # The page a version or country preference put first, which the answer keeps.
+    # The page a version, country or company-term preference put first; the answer keeps it.
     pinned: str | None = None
 
 
@@ -345,7 +345,8 @@ async def retrieve(
     merged = prefer_named_titles(
         merged, [h.expansion for h in rewrite.glossary_hits if h.source == "question"]
     )
-    # A version or country the turn fixed put another page first: the answer keeps it.
+    # A version, a country or the company terms the turn named put another page first: the
+    # answer keeps it.
     pinned = (
         str(merged[0].hit.document_id)
         if merged and merged[0].hit.document_id != searched_first

@@ -466,7 +466,8 @@ def extractive_answer(
     query's text, the documents in that query's own order (`query_rankings`): each part of
     a split message trusts its own search, not the fused one. `history` is the masked
     window (its last reply's words find what the reply said). `lead` is a document the
-    search put first on purpose (a version or a country the turn fixed): it answers.
+    search put first on purpose (a version, a country or company terms the turn named): it
+    answers.
     """
     if not passages:
         return label("nothing", language)
