@@ -171,7 +171,10 @@ def choose_reading(
     # The topic-aware search agreeing on the turn's own best document, or the turn naming
     # things the conversation never did, says the topic's words only add noise.
     agrees = together[:1] == alone[:1] or len(new_terms) >= NEW_TERMS
-    if _confident(results[standalone]) and agrees and alone[0] not in around:
+    # New words that only ask for a kind of answer ("quanto custa por mês?") name no topic:
+    # a page found with them ("ajuda de custo") is no new subject.
+    asks_only = bool(new_terms) and all(normalize(t) in CUE_WORDS for t in new_terms)
+    if _confident(results[standalone]) and agrees and not asks_only and alone[0] not in around:
         keep = tuple(i for i in everything if i != contextual)
         why = "both readings agree on it" if together[:1] == alone[:1] else "new words"
         reason = (

@@ -105,6 +105,22 @@ def test_evidence_keeps_a_new_topic_the_turn_alone_finds_outside_the_conversatio
     assert "new topic" in decision.reason
 
 
+def test_words_that_only_ask_how_much_name_no_new_topic() -> None:
+    # "quanto custa por mês?" after a newborn's health and dental plans: "custa" alone
+    # lands confidently on the remote-work allowance ("ajuda de custo"), which both readings
+    # then agree on. Asking how much is no new subject; the new words "auxílio-creche" are.
+    queries = [
+        SearchQuery("quanto custa por mês? filho", "expand", reading="contextual"),
+        SearchQuery("quanto custa por mês?", "normalize", reading="standalone"),
+    ]
+    allowance, dental = _hit("ajuda-de-custo", 1, 1, 1), _hit("odonto-dependentes", 2, 2, 3)
+    results = [[allowance, dental], [allowance, dental]]
+    asked = choose_reading(queries, results, topic_hits=[dental], new_terms=("custa",))
+    assert asked.reading == "contextual" and 0 in asked.keep
+    named = choose_reading(queries, results, topic_hits=[dental], new_terms=("creche", "custa"))
+    assert named.reading == "standalone" and 0 not in named.keep
+
+
 def test_evidence_keeps_the_follow_up_when_the_turn_alone_stays_in_the_conversation() -> None:
     vr_intern, vr = _hit("vr-intern", 1, 1, 1), _hit("vr", 2, 2, 1)
     results = [[vr_intern, vr], [vr_intern], [vr_intern]]
