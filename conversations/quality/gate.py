@@ -395,17 +395,17 @@ def report_text(report: Mapping[str, Any]) -> str:
         f"{config['latency_budget_ms']:.0f} ms, degradation ceiling "
         f"{config['degradation_ceiling']:.1%}; {report['tasks']} tasks, {report['judged']} judged",
         "",
-        f"{'group':<22} {'n':>3} "
+        f"{'group':<24} {'n':>3} "
         + " ".join(f"{label + ' cur→cand':>19}" for _, label in _SHOWN)
         + f" {'Δ' + metric:>10} {'worse':>5} {'better':>6}",
     ]
     for row in report["groups"]:
-        name = row["group"] if row["kind"] == "overall" else f"{row['kind'][:4]} {row['group']}"
+        name = row["group"] if row["kind"] == "overall" else f"{row['kind']}: {row['group']}"
         cells = " ".join(
             f"{row['current'][m]:>9.3f}→{row['candidate'][m]:<9.3f}" for m, _ in _SHOWN
         )
         lines.append(
-            f"{name[:22]:<22} {row['n']:>3} {cells} {row['delta'][metric]:>+10.3f} "
+            f"{name[:24]:<24} {row['n']:>3} {cells} {row['delta'][metric]:>+10.3f} "
             f"{row['worse']:>5} {row['better']:>6}"
         )
     lines += [
@@ -425,8 +425,8 @@ def report_text(report: Mapping[str, Any]) -> str:
         lines.append(
             f"{side['policy'][:40]:<40} rewrite p50 {side['rewrite_p50_ms']:.1f} / p95 "
             f"{side['rewrite_p95_ms']:.1f} ms, total p50 {side['total_p50_ms']:.1f} / p95 "
-            f"{side['total_p95_ms']:.1f} ms over {side['turns_timed']} turns; model calls "
-            f"{side['model_calls']} (fell back {side['fell_back']}), tokens {tokens}"
+            f"{side['total_p95_ms']:.1f} ms over {side['turns_timed']} turns (tasks and real); "
+            f"model calls {side['model_calls']} (fell back {side['fell_back']}), tokens {tokens}"
         )
     real = report.get("real_turns")
     if real:

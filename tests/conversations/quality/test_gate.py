@@ -274,7 +274,8 @@ def test_the_report_as_text_shows_every_figure_and_the_verdict() -> None:
     candidate = [task("t1", 1.0, category="follow-up"), task("t2", 1.0, language="es")]
     text = report_text(decide(current, candidate).to_dict())
     assert "candidate rules-x vs current last-turn" in text
-    assert "cate follow-up" in text and "lang es" in text and "leng medium" in text
+    assert "category: follow-up" in text and "language: es" in text
+    assert "length: medium" in text
     assert "0.500→1.000" in text
     assert "verdict: PASS" in text and "[pass] margin: mrr@10 0.750 → 1.000" in text
     failing = report_text(decide(candidate, current).to_dict())
