@@ -138,6 +138,16 @@ class RealTurns:
 
 
 @dataclass(frozen=True)
+class TaskChange:
+    """A judged task whose primary metric the candidate changed."""
+
+    id: str
+    category: str
+    current: float
+    candidate: float
+
+
+@dataclass(frozen=True)
 class Criterion:
     name: str  # "margin", "latency", "degradation", "judged tasks"
     passed: bool
@@ -158,6 +168,8 @@ class GateReport:
     improvement_rate: float
     worse_tasks: list[str]
     better_tasks: list[str]
+    # Every task the candidate made worse or better, worst first.
+    changes: list[TaskChange]
     real_turns: RealTurns | None
     criteria: list[Criterion]
     passed: bool
@@ -322,6 +334,14 @@ def gate_report(
     worse = [a.id for a, b in pairs if a.relevant and _worse(a, b, metric)]
     better = [a.id for a, b in pairs if a.relevant and _worse(b, a, metric)]
     degradation = len(worse) / judged if judged else 0.0
+    changes = sorted(
+        (
+            TaskChange(a.id, a.category, a.metrics.get(metric, 0.0), b.metrics.get(metric, 0.0))
+            for a, b in pairs
+            if a.relevant and (_worse(a, b, metric) or _worse(b, a, metric))
+        ),
+        key=lambda c: (c.candidate - c.current, c.id),
+    )
     cand = _figures(candidate_policy, candidate, candidate_turns)
     real = _real_turns(current_turns, candidate_turns) if current_turns or candidate_turns else None
     delta = overall.delta[metric]
@@ -369,6 +389,7 @@ def gate_report(
         improvement_rate=len(better) / judged if judged else 0.0,
         worse_tasks=worse,
         better_tasks=better,
+        changes=changes,
         real_turns=real,
         criteria=criteria,
         passed=all(c.passed for c in criteria),
@@ -415,8 +436,17 @@ def report_text(report: Mapping[str, Any]) -> str:
         f"source coverage         {_share(current['source_coverage'])} → "
         f"{_share(candidate['source_coverage'])} ({candidate['multi_topic_tasks']} multi-topic "
         "tasks: share of their judged documents with a source shown)",
-        f"degradation rate        {report['degradation_rate']:.3f} "
-        f"({len(report['worse_tasks'])} worse: {', '.join(report['worse_tasks']) or 'none'})",
+        f"degradation rate        {report['degradation_rate']:.3f} ({len(report['worse_tasks'])} "
+        "worse: "
+        + (
+            ", ".join(
+                f"{c['id']} {c['category']} {c['current']:.3f}→{c['candidate']:.3f}"
+                for c in report["changes"]
+                if c["candidate"] < c["current"]
+            )
+            or "none"
+        )
+        + ")",
         f"improvement rate        {report['improvement_rate']:.3f} "
         f"({len(report['better_tasks'])} better)",
     ]

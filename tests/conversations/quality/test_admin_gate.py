@@ -96,6 +96,7 @@ def test_the_report_shows_as_tables_and_a_passing_gate_offers_promotion() -> Non
     assert "rewrite p50 / p95 (ms)" in html and "model calls" in html
     assert "margin" in html and "latency" in html and "degradation" in html
     assert "Promote the candidate" in html
+    assert "Tasks the candidate changed" in html and "<td>t1</td>" in html
     assert "CHATRAG_REWRITE_MODE=llm CHATRAG_LLM_MODEL=bigger-model" in html
     assert inline_code(html) == []  # the admin's Content-Security-Policy holds
 

@@ -140,6 +140,13 @@ def test_a_candidate_over_the_degradation_ceiling_fails_though_it_wins_on_averag
     report = decide(current, candidate)
     assert report.groups[0].delta["mrr@10"] == pytest.approx(0.25)
     assert report.worse_tasks == ["t3", "t4"] and report.degradation_rate == pytest.approx(0.5)
+    # Each changed task with both values, worst first.
+    assert [(c.id, c.current, c.candidate) for c in report.changes] == [
+        ("t3", 1.0, 0.5),
+        ("t4", 1.0, 0.5),
+        ("t1", 0.0, 1.0),
+        ("t2", 0.0, 1.0),
+    ]
     assert criteria(report)["degradation"] is False and criteria(report)["margin"] is True
     assert not report.passed
     # Unjudged tasks (a clarification expected, no documents) are in no rate.
@@ -280,3 +287,4 @@ def test_the_report_as_text_shows_every_figure_and_the_verdict() -> None:
     assert "verdict: PASS" in text and "[pass] margin: mrr@10 0.750 → 1.000" in text
     failing = report_text(decide(candidate, current).to_dict())
     assert "verdict: FAIL" in failing and "[FAIL] degradation" in failing
+    assert "1 worse: t1 follow-up 1.000→0.500" in failing
