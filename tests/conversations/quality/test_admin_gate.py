@@ -157,8 +157,14 @@ def test_staff_without_the_promote_permission_see_the_report_but_cannot_promote(
     response = viewer.post(reverse("admin:quality_gaterun_promote", args=[gate.pk]))
     assert response.status_code == 403
     assert not PolicyPromotion.objects.exists()
-    # Without the view permission there is no report either, and no promotion.
-    outsider = _client(_staff("otto", "promote_policy"))
+    # Without the view permission there is no report either, and no promotion; the
+    # evaluation runs' list links the gate for those who may view it.
+    gate_link = reverse("admin:quality_gaterun_changelist")
+    runs = reverse("admin:quality_evaluationrun_changelist")
+    reader = _client(_staff("rui", "view_gaterun", "view_evaluationrun"))
+    assert gate_link in reader.get(runs).content.decode()
+    outsider = _client(_staff("otto", "promote_policy", "view_evaluationrun"))
+    assert gate_link not in outsider.get(runs).content.decode()
     assert _page(outsider, gate).status_code == 403
     assert (
         outsider.post(reverse("admin:quality_gaterun_promote", args=[gate.pk])).status_code == 403
