@@ -367,6 +367,20 @@ CHATRAG_RETENTION_DAYS = env_int("CHATRAG_RETENTION_DAYS", 180, minimum=0)
 # A turn whose answer took longer than this (milliseconds, end to end) counts as slow.
 CHATRAG_REVIEW_SLOW_MS = env_int("CHATRAG_REVIEW_SLOW_MS", 8000, minimum=1)
 
+# The promotion gate (`manage.py gate`, conversations.quality.gate): a candidate rewrite
+# policy must beat the current one on this metric by the margin (absolute, e.g. 0.01 of
+# MRR@10), keep its rewrite p95 within the budget and make at most this share of judged
+# tasks worse; the shadow run replays this many of the latest real turns.
+CHATRAG_GATE_METRIC = env_choice(
+    "CHATRAG_GATE_METRIC", "mrr@10", {"recall@5", "recall@10", "mrr@10", "ndcg@10"}
+)
+CHATRAG_GATE_MARGIN = env_float("CHATRAG_GATE_MARGIN", 0.01, minimum=0, maximum=1)
+CHATRAG_GATE_LATENCY_BUDGET_MS = env_float("CHATRAG_GATE_LATENCY_BUDGET_MS", 2000.0, minimum=1)
+CHATRAG_GATE_DEGRADATION_CEILING = env_float(
+    "CHATRAG_GATE_DEGRADATION_CEILING", 0.05, minimum=0, maximum=1
+)
+CHATRAG_GATE_REAL_TURNS = env_int("CHATRAG_GATE_REAL_TURNS", 50, minimum=0)
+
 # Ingestion.
 CHATRAG_MAX_UPLOAD_MB = env_int("CHATRAG_MAX_UPLOAD_MB", 20, minimum=1)
 # What reading one file may cost (an untrusted upload): seconds, memory, characters of text.

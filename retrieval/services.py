@@ -149,20 +149,22 @@ def _new_chat_model(path: str, url: str, model: str, api_key: str) -> ChatModel:
 _chat_model = lru_cache(maxsize=1)(_new_chat_model)
 
 
-def chat_model(*, fresh: bool = False) -> ChatModel | None:
+def chat_model(*, fresh: bool = False, model_name: str | None = None) -> ChatModel | None:
     """The configured chat model, or None when no model server is configured.
 
     The process keeps one (its client is reused across turns); `fresh` builds another, with
     a client of its own, for work on another event loop than the one the process-wide
     model's client is bound to (an evaluation run); whoever asks for it closes it.
+    `model_name`: another model on the same server (a candidate policy in the promotion
+    gate); always a fresh one.
     """
     if not settings.CHATRAG_LLM_BACKEND:
         return None
-    build = _new_chat_model if fresh else _chat_model
+    build = _new_chat_model if fresh or model_name else _chat_model
     return build(
         settings.CHATRAG_LLM_BACKEND,
         settings.CHATRAG_LLM_URL,
-        settings.CHATRAG_LLM_MODEL,
+        model_name or settings.CHATRAG_LLM_MODEL,
         settings.CHATRAG_LLM_API_KEY,
     )
 

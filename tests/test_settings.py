@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 PROBE = (
     "import django; django.setup(); "
@@ -79,6 +81,23 @@ def test_bad_numeric_setting_names_the_variable() -> None:
     done = _probe({"CHATRAG_SEARCH_RRF_K": "sixty"})
     assert done.returncode != 0
     assert "CHATRAG_SEARCH_RRF_K must be an integer" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("CHATRAG_GATE_DEGRADATION_CEILING", "1.5", "must be <= 1"),
+        ("CHATRAG_GATE_MARGIN", "-0.1", "must be >= 0"),
+        ("CHATRAG_GATE_METRIC", "precision", "must be one of"),
+        ("CHATRAG_GATE_REAL_TURNS", "many", "must be an integer"),
+    ],
+)
+def test_bad_promotion_gate_setting_names_the_variable(
+    variable: str, value: str, message: str
+) -> None:
+    done = _probe({variable: value})
+    assert done.returncode != 0
+    assert f"{variable} {message}" in done.stderr
 
 
 # --- security settings, as a production server loads them ---------------------------------------

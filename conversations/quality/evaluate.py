@@ -7,7 +7,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
@@ -155,12 +155,15 @@ async def evaluate_mode(
     answers: bool = False,
     corpus_idf: bool = False,
     scope: Scope | None = None,
+    answer_model: ChatModel | None | Literal["rewrite"] = "rewrite",
 ) -> ModeReport:
     """Score every task with one rewrite mode (tasks run one at a time for clean latencies).
 
     `scope`: what the searches and the rewrite's word statistics may read; every document of
-    the collection when None (the command line).
+    the collection when None (the command line). `answer_model`: who writes the answers
+    (None: extractive); by default the rewrite's model, as in the chat.
     """
+    writer = model if answer_model == "rewrite" else answer_model
     engine = await sync_to_async(search_engine)()
     glossary = await sync_to_async(glossary_for)(collection=collection)
     settings = await sync_to_async(retrieval_settings)(mode=mode)
@@ -190,13 +193,14 @@ async def evaluate_mode(
         )
         row = task_row(task=task, outcome=outcome, mode=mode, ks=ks, depth=depth)
         row["language"] = turn_language
+        row["timings_ms"] = dict(outcome.timings_ms)
         if answers:
             row["answer"] = await answer_row(
                 task=task,
                 outcome=outcome,
                 row=row,
                 language=turn_language,
-                model=model,
+                model=writer,
                 reference=references.get(task.id),
                 lexicon=lexicon if corpus_idf else None,
             )

@@ -102,3 +102,69 @@ class EvaluationRun(models.Model):
 
     def __str__(self) -> str:
         return f"evaluation {self.pk} ({self.source_label}, {self.status})"
+
+
+class GateRun(models.Model):
+    """A candidate rewrite policy against the current one, in shadow: the gate's report.
+
+    Both ran on the same judged tasks (an evaluation tasks file or the evaluation cases) and
+    replayed the same sample of real turns (masked); `conversations.quality.gate` decided.
+    """
+
+    class Source(models.TextChoices):
+        CASES = "cases"
+        FILE = "file"
+
+    # Each policy: the rewrite mode, the model (llm only) and its version string
+    # ("rules-2026.12.2", "llm/<model>/prompt-<hash>", "none", "last-turn").
+    current_mode = models.CharField(max_length=20)
+    current_model = models.CharField(max_length=200, blank=True)
+    current_policy = models.CharField(max_length=300)
+    candidate_mode = models.CharField(max_length=20)
+    candidate_model = models.CharField(max_length=200, blank=True)
+    candidate_policy = models.CharField(max_length=300)
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.FILE)
+    # The tasks file's name, or "cases".
+    source_label = models.CharField(max_length=200)
+    real_turns = models.PositiveIntegerField(default=0)
+    report = models.JSONField(default=dict, blank=True)
+    passed = models.BooleanField(default=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "promotion gate run"
+        permissions = [("promote_policy", "Can promote a rewrite policy that passed the gate")]
+
+    def __str__(self) -> str:
+        return f"gate {self.pk}: {self.candidate_policy} vs {self.current_policy}"
+
+
+class PolicyPromotion(models.Model):
+    """A rewrite policy promoted by a staff member on a passing gate run (who, when, from → to).
+
+    It records the decision and the settings that make the chat run the policy; the chat's
+    policy stays what the environment says (`CHATRAG_REWRITE_MODE`, `CHATRAG_LLM_MODEL`), so
+    every web process and worker changes together, at the next deploy.
+    """
+
+    gate = models.ForeignKey(GateRun, on_delete=models.PROTECT, related_name="promotions")
+    from_policy = models.CharField(max_length=300)
+    to_policy = models.CharField(max_length=300)
+    to_mode = models.CharField(max_length=20)
+    to_model = models.CharField(max_length=200, blank=True)
+    # The environment that runs it, e.g. "CHATRAG_REWRITE_MODE=rules".
+    setting = models.CharField(max_length=500)
+    promoted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    promoted_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-promoted_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.from_policy} → {self.to_policy}"

@@ -303,6 +303,7 @@ class EvaluationRunAdmin(ListFilterLookupsOnly, ProgressMixin, ObjectContextAdmi
         context["metrics"] = ["mrr@10", "ndcg@10", "recall@5", "recall@10"]
         context["metric"] = metric
         context["can_playground"] = may_use_playground(request)
+        context["can_gate"] = request.user.has_perm("quality.view_gaterun")
         # The chart's own parameter, not a filter of the list (the list took it for a lookup
         # and answered "?e=1"; it may filter only through its list filters).
         params = request.GET.copy()
