@@ -203,6 +203,20 @@ COUNTING_WORDS = frozenset({"vezes", "veces", "times"})
 CUE_WORDS = frozenset(
     w for _, phrases in _CUE_PHRASES for p in phrases for w in p.split() if w not in _UNITS
 )
+# A period, as a noun or an adjective ("o limite mensal", "el tope anual"): it says how a
+# figure is counted, not what it is about.
+PERIOD_WORDS = frozenset(
+    "dia dias semana semanas mes meses ano anos diario diaria semanal mensal anual "
+    "ano anos mensual diarios day days week weeks month months year years daily weekly "
+    "monthly yearly annual".split()
+)
+
+
+def names_no_topic(term: str) -> bool:
+    """Whether a content word only asks for a kind of answer or says a period ("qual é o
+    limite mensal?" asks about whatever the message named before)."""
+    word = normalize(term)
+    return word in CUE_WORDS or word in PERIOD_WORDS or word in COUNTING_WORDS
 
 
 # "How does it work" and "what happens if" ask for the rule itself, not for the steps of

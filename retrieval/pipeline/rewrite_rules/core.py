@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
+from retrieval.pipeline.asks import names_no_topic
 from retrieval.pipeline.glossary import expand_with_glossary, find_glossary_hits
 from retrieval.pipeline.rewrite_rules.context import (
     CarryPlan,
@@ -442,7 +443,17 @@ def _split(ctx: _Context, text: str) -> list[Turn]:
     limit = max(1, ctx.inp.max_queries)
     if len(pieces) > limit:
         pieces = pieces[: limit - 1] + [" ".join(pieces[limit - 1 :])]
-    return [make_turn(p, ctx.stopwords) for p in pieces]
+    turns = [make_turn(p, ctx.stopwords) for p in pieces]
+    for i in range(1, len(turns)):
+        if any(not names_no_topic(t) for t in turns[i].terms):
+            continue
+        # A question whose words only ask how much, when or how, or say a period ("… e
+        # qual é o limite mensal?", "tem prazo?") asks about what the one before it named.
+        topic = [t for t in turns[i - 1].terms if not names_no_topic(t)]
+        if topic:
+            own = turns[i].text.rstrip(_EDGES)
+            turns[i] = make_turn(f"{own} {' '.join(dict.fromkeys(topic))}", ctx.stopwords)
+    return turns
 
 
 @lru_cache(maxsize=4096)

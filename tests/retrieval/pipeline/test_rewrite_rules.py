@@ -264,6 +264,19 @@ def test_multi_topic_question_is_split_and_the_second_part_borrows_the_first() -
     assert "split into 2 questions" in result.notes
 
 
+def test_a_second_question_that_only_asks_how_much_borrows_the_first_ones_subject() -> None:
+    # "qual é o limite mensal" names no topic of its own ("limite" asks for an amount,
+    # "mensal" is a period): searched alone it found any page with a monthly limit.
+    result = rewrite("quais cursos de idiomas a coop reembolsa e qual é o limite mensal?")
+    first, second = texts(result)[:2]
+    assert {"limite", "mensal", "cursos", "idiomas"} <= words(second)
+    spanish = rewrite("¿cómo pido el anticipo de viáticos? ¿cuál es el tope diario?")
+    assert {"tope", "anticipo", "viaticos"} <= words(texts(spanish)[1])
+    # A second question with a subject of its own keeps to it.
+    own = rewrite("como peço reembolso de quilometragem e qual o prazo pra prestar contas?")
+    assert "quilometragem" not in words(texts(own)[1])
+
+
 def test_multi_topic_split_in_spanish_and_english() -> None:
     spanish = rewrite("¿cuántos días de vacaciones tengo y cómo pido un anticipo?")
     assert texts(spanish) == ["cuántos días de vacaciones tengo", "cómo pido un anticipo"]
