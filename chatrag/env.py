@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -62,8 +63,10 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return value
 
 
-def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
-    """Return the variable as a float, checking a lower bound."""
+def env_float(
+    name: str, default: float, *, minimum: float | None = None, maximum: float | None = None
+) -> float:
+    """Return the variable as a float, checking its bounds."""
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -71,8 +74,12 @@ def env_float(name: str, default: float, *, minimum: float | None = None) -> flo
         value = float(raw)
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from exc
+    if math.isnan(value):  # float() reads "nan", which every bound lets through
+        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}")
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name} must be <= {maximum}, got {value}")
     return value
 
 
