@@ -1,5 +1,6 @@
 """The quality pages of the Django admin: staff review of conversations and turns (`review`,
-`filters`), evaluation cases and runs (`evaluation`) and the playground (`playground`).
+`filters`), evaluation cases and runs (`evaluation`), the playground (`playground`) and the
+rewrite fidelity review (`fidelity`).
 
 The review pages keep their models' addresses (`/admin/conversations/...`); the evaluation
 pages are under `/admin/quality/` (`conversations.quality.urls` sends the old
@@ -7,6 +8,7 @@ pages are under `/admin/quality/` (`conversations.quality.urls` sends the old
 """
 
 from conversations.quality.admin.evaluation import EvalCaseAdmin, EvaluationRunAdmin
+from conversations.quality.admin.fidelity import RewriteFidelityAdmin
 from conversations.quality.admin.review import (
     AttentionTurnAdmin,
     ConversationAdmin,
@@ -21,6 +23,7 @@ __all__ = [
     "EvalCaseAdmin",
     "EvaluationRunAdmin",
     "FeedbackAdmin",
+    "RewriteFidelityAdmin",
     "StaffAccessLogAdmin",
     "TurnTraceAdmin",
 ]
