@@ -441,6 +441,10 @@ def test_the_rate_per_week_and_policy_is_computed_from_the_verdicts(
     html = _client(rui).get(reverse("admin:quality_evaluationrun_changelist")).content.decode()
     section = html[html.index('id="fidelity"') :]
     assert 'data-metric="fidelity"' in section
+    # Coordinates as SVG reads them, whatever the page's language (pt-br wrote "44,0").
+    svg = section[section.index("<svg") : section.index("</svg>")]
+    coordinates = re.findall(r'\s(?:cx|cy|x|y|x1|x2|y1|y2)="([^"]*)"', svg)
+    assert coordinates and all(re.fullmatch(r"-?\d+(\.\d+)?", c) for c in coordinates)
     cells = re.findall(r'fidelity-rate">([\d.,]+)</span> <small[^>]*>\((\d+) / (\d+)\)', section)
     # Week by week, one cell per series: all, llm-b, rules-a (a week without any: none).
     shown = [(rate.replace(",", "."), int(f), int(j)) for rate, f, j in cells]
