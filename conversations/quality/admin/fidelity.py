@@ -19,7 +19,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -125,6 +125,7 @@ class RewriteFidelityAdmin(RowTextMixin, ReviewListMixin, ObjectContextAdmin[Rew
     """The sampled rewrites; each one's page is where staff judge it."""
 
     list_display = ["when", "question", "policy", "verdict", "reviewer", "reviewed_at"]
+    list_display_links = ["when"]
     list_filter = [VerdictFilter, "policy", "created_at"]
     date_hierarchy = "created_at"
     fields = ("policy", "verdict", "created_at", "reviewer", "reviewed_at")
@@ -153,8 +154,7 @@ class RewriteFidelityAdmin(RowTextMixin, ReviewListMixin, ObjectContextAdmin[Rew
 
     @admin.display(description=gettext_lazy("when"), ordering="created_at")
     def when(self, obj: RewriteFidelity) -> str:
-        url = reverse("admin:quality_rewritefidelity_change", args=[obj.pk])
-        return format_html('<a href="{}">{}</a>', url, f"{obj.created_at:%Y-%m-%d %H:%M}")
+        return f"{timezone.localtime(obj.created_at):%Y-%m-%d %H:%M}"  # the row's link
 
     @admin.display(description=gettext_lazy("question (masked)"))
     def question(self, obj: RewriteFidelity) -> str:
