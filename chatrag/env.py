@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -73,6 +74,8 @@ def env_float(
         value = float(raw)
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from exc
+    if math.isnan(value):  # float() reads "nan", which every bound lets through
+        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}")
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:

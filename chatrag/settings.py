@@ -366,6 +366,11 @@ CHATRAG_SOCKET_SLOT_SECONDS = env_int("CHATRAG_SOCKET_SLOT_SECONDS", 60, minimum
 CHATRAG_RETENTION_DAYS = env_int("CHATRAG_RETENTION_DAYS", 180, minimum=0)
 # A turn whose answer took longer than this (milliseconds, end to end) counts as slow.
 CHATRAG_REVIEW_SLOW_MS = env_int("CHATRAG_REVIEW_SLOW_MS", 8000, minimum=1)
+# The share of turns whose rewrite is queued for staff to judge faithful or not (0..1; 0.02 is
+# one turn in fifty), chosen by a hash of the question's id (conversations.quality.fidelity).
+CHATRAG_FIDELITY_SAMPLE_RATE = env_float(
+    "CHATRAG_FIDELITY_SAMPLE_RATE", 0.02, minimum=0.0, maximum=1.0
+)
 
 # The promotion gate (`manage.py gate`, conversations.quality.gate): a candidate rewrite
 # policy must beat the current one on this metric by the margin (absolute, e.g. 0.01 of

@@ -10,6 +10,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import DatabaseError, transaction
 from django.db.models import Q
+from django.dispatch import Signal
 from django.utils import timezone
 
 # The message rules are pure and live with the frame parsing; re-exported for callers here.
@@ -18,6 +19,13 @@ from conversations.frames import clean_user_text as clean_user_text
 from conversations.models import Conversation, Feedback, Message, TurnTrace
 
 logger = logging.getLogger(__name__)
+
+# Sent by `trace_write` inside the transaction that writes a turn's trace, with `message` (the
+# question) and `fields` (`conversations.trace.trace_fields`). The quality app, which this app
+# may not import, queues a sample of rewrites for staff review with it
+# (`conversations.quality.fidelity`): in the same transaction, with no statement of its own for
+# a turn it does not sample.
+turn_traced = Signal()
 
 
 def title_from_text(text: str, limit: int = 60) -> str:
@@ -84,6 +92,7 @@ def trace_write(*, message: Message, fields: dict[str, Any]) -> None:
         unique_fields=["message"],
         update_fields=list(fields),
     )
+    turn_traced.send(sender=TurnTrace, message=message, fields=fields)
 
 
 @transaction.atomic

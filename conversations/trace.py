@@ -101,20 +101,26 @@ class TraceQuery:
     type: str
     weight: float | None = None
     area: str = ""
+    # A follow-up's reading ("standalone", "contextual"), or "" (traces from before it was kept)
+    reading: str = ""
 
     @classmethod
     def of(cls, query: SearchQuery, *, text: str | None = None) -> TraceQuery:
-        return cls(query.text if text is None else text, query.type, query.weight, query.area or "")
+        text = query.text if text is None else text
+        return cls(text, query.type, query.weight, query.area or "", query.reading or "")
 
     @classmethod
     def read(cls, data: Mapping[str, Any]) -> TraceQuery:
         text, kind = _text(data.get("text")), _text(data.get("type"))
-        return cls(text, kind, _number(data.get("weight")), _text(data.get("area")))
+        area, reading = _text(data.get("area")), _text(data.get("reading"))
+        return cls(text, kind, _number(data.get("weight")), area, reading)
 
     def json(self) -> dict[str, Any]:
-        # `area` None, not "", in the JSON: what the trace always stored.
+        # `area` None, not "", in the JSON: what the trace always stored; `reading` only when
+        # the query has one.
         area = self.area or None
-        return {"text": self.text, "type": self.type, "weight": self.weight, "area": area}
+        stored = {"text": self.text, "type": self.type, "weight": self.weight, "area": area}
+        return {**stored, "reading": self.reading} if self.reading else stored
 
 
 @dataclass(frozen=True)
@@ -283,6 +289,7 @@ class TraceRewrite:
     clarification: TraceClarification | None = None  # only when it asked back
     error: str = ""  # why the rewrite fell back, if it did
     no_search: bool = False  # small talk: nothing was to be searched
+    topic: str = ""  # the conversation's topic as carried words, when a follow-up had one
 
     @classmethod
     def of(cls, rewrite: RewriteResult) -> TraceRewrite:
@@ -321,6 +328,7 @@ class TraceRewrite:
             else None,
             error=_text(data.get("error")),
             no_search=data.get("no_search") is True,
+            topic=_text(data.get("topic")),
         )
 
 
@@ -458,6 +466,7 @@ class QueryView:
     type_label: str
     weight: float | None
     area: str
+    reading: str = ""
 
 
 @dataclass
@@ -493,6 +502,7 @@ def rewrite_view(rewrite: TraceRewrite, searched: Sequence[TraceQuery]) -> Rewri
                 type_label=str(QUERY_TYPE_LABELS.get(q.type, q.type)),
                 weight=q.weight,
                 area=q.area,
+                reading=q.reading,
             )
             for i, q in enumerate(searched, start=1)
         ],

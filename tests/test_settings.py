@@ -100,6 +100,28 @@ def test_bad_promotion_gate_setting_names_the_variable(
     assert f"{variable} {message}" in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("1.5", "must be <= 1.0"),
+        ("-0.1", "must be >= 0.0"),
+        ("two percent", "must be a number"),
+        ("nan", "must be a number"),
+    ],
+)
+def test_a_fidelity_sample_rate_outside_0_to_1_stops_start_up(value: str, message: str) -> None:
+    done = _probe({"CHATRAG_FIDELITY_SAMPLE_RATE": value})
+    assert done.returncode != 0
+    assert f"CHATRAG_FIDELITY_SAMPLE_RATE {message}" in done.stderr
+
+
+def test_the_fidelity_sample_rate_is_read_from_the_environment() -> None:
+    code = "import django; django.setup(); from django.conf import settings as s; "
+    code += "print(s.CHATRAG_FIDELITY_SAMPLE_RATE)"
+    assert _probe({"CHATRAG_FIDELITY_SAMPLE_RATE": "0.25"}, code).stdout.strip() == "0.25"
+    assert _probe({"CHATRAG_FIDELITY_SAMPLE_RATE": ""}, code).stdout.strip() == "0.02"
+
+
 # --- security settings, as a production server loads them ---------------------------------------
 
 SECURITY_SETTINGS = [

@@ -75,8 +75,12 @@ def line_chart(
     current: int | None = None,
     width: int = 720,
     height: int = 260,
+    palette: Sequence[str] = (),
 ) -> LineChart:
-    """Place one point per run and mode; `current` marks the run being looked at."""
+    """Place one point per run and mode; `current` marks the run being looked at.
+
+    Modes take their own colours, or `palette`'s in order when one is given (series that are
+    not rewrite modes: the rewrite fidelity's policies)."""
     left, right, top, bottom = 44.0, width - 44.0, 30.0, height - 34.0
     order = list(modes) or sorted({m for r in runs for m in r.values})
     step = (right - left) / (len(runs) - 1) if len(runs) > 1 else 0.0
@@ -89,6 +93,7 @@ def line_chart(
         return round(bottom - clamped * (bottom - top), 1)
 
     series = []
+    legend_x = left
     for number, mode in enumerate(order):
         points = tuple(
             ChartPoint(
@@ -103,15 +108,18 @@ def line_chart(
             for index, run in enumerate(runs)
             if mode in run.values
         )
+        colour = palette[number % len(palette)] if palette else MODE_COLOURS.get(mode, OTHER_COLOUR)
         series.append(
             ChartSeries(
                 mode=mode,
-                colour=MODE_COLOURS.get(mode, OTHER_COLOUR),
+                colour=colour,
                 points=points,
                 polyline=" ".join(f"{p.x},{p.y}" for p in points),
-                legend_x=left + number * 110,
+                legend_x=legend_x,
             )
         )
+        # 110 for a mode's name; a longer one (a policy's version) pushes the next along.
+        legend_x += max(110, 30 + 7 * len(mode))
     y_ticks = tuple(Tick(y_of(v / 4), f"{v / 4:.2f}") for v in range(5))
     # At most about eight labels under the axis, always the first and the last run.
     every = max(1, -(-len(runs) // 8))

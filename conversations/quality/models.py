@@ -168,3 +168,51 @@ class PolicyPromotion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.from_policy} → {self.to_policy}"
+
+
+class RewriteFidelity(models.Model):
+    """A turn's rewrite, sampled for staff to judge faithful to the question or not.
+
+    Queued when the turn's trace is written (`conversations.quality.fidelity`). What staff
+    judge is in that trace (masked question, window and queries): nothing is copied here. When
+    the conversation is deleted (retention), a verdict stays with its date and policy for the
+    rate over time, and nothing of the turn is kept.
+    """
+
+    class Verdict(models.TextChoices):
+        PENDING = "pending"
+        FAITHFUL = "faithful"
+        UNFAITHFUL = "unfaithful"
+
+    message = models.OneToOneField(
+        Message, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # The rewrite policy's version as the trace recorded it ("" on a trace that had none).
+    policy = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    verdict = models.CharField(max_length=12, choices=Verdict.choices, default=Verdict.PENDING)
+    # The reviewer's reason, masked like every other text staff write about a turn.
+    note = models.TextField(blank=True)
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "rewrite fidelity review"
+        indexes = [models.Index(fields=["verdict", "created_at"], name="quality_fidelity_verdict")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(verdict="pending", reviewed_at__isnull=True)
+                | (~models.Q(verdict="pending") & models.Q(reviewed_at__isnull=False)),
+                name="quality_fidelity_judged_when",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"rewrite of message {self.message_id or '(deleted)'}: {self.verdict}"

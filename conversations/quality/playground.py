@@ -157,19 +157,29 @@ _TYPE_REASONS = {
 
 def query_reason(query: SearchQuery, rewrite: RewriteResult) -> str:
     """Why this query was searched, in a few words (from its type, reading and backend)."""
-    if query.type == "original":
+    return reason_for_query(
+        query_type=query.type, reading=query.reading, backend=rewrite.backend, topic=rewrite.topic
+    )
+
+
+def reason_for_query(
+    *, query_type: str, reading: str | None, backend: str, topic: str | None
+) -> str:
+    """`query_reason` from a query's and its rewrite's recorded values (a stored trace's too:
+    the fidelity review shows it)."""
+    if query_type == "original":
         return "the user's own words, a safety net at low weight"
-    if rewrite.backend == "none":
+    if backend == "none":
         return "the question as typed (no rewrite)"
-    if rewrite.backend == "last-turn":
+    if backend == "last-turn":
         return "the previous user message joined to this one"
-    if query.reading == "contextual":
-        topic = f" ({rewrite.topic})" if rewrite.topic else ""
-        return f"the turn read with the conversation's topic{topic}"
-    if query.reading == "standalone":
+    if reading == "contextual":
+        carried = f" ({topic})" if topic else ""
+        return f"the turn read with the conversation's topic{carried}"
+    if reading == "standalone":
         return "the turn read on its own"
-    reason = _TYPE_REASONS.get(query.type, query.type)
-    return f"model: {reason}" if rewrite.backend == "llm" else reason
+    reason = _TYPE_REASONS.get(query_type, query_type)
+    return f"model: {reason}" if backend == "llm" else reason
 
 
 def _snippet(text: str, limit: int = 280) -> str:

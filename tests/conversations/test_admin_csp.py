@@ -18,6 +18,7 @@ from django.test import Client
 from django.urls import NoReverseMatch, reverse
 
 from chatrag.middleware import DEFAULT_CSP
+from conversations.quality.models import RewriteFidelity
 from retrieval.models import GlossaryEntry
 from tests.conversations.quality.test_review import CPF, _review_urls, make_turn
 
@@ -117,6 +118,7 @@ def staff_world(small_kb: Any, personas: dict[str, User]) -> tuple[Client, list[
     knowledge base, and a group and a user to open."""
     boss = User.objects.create_superuser("boss", password="pw-boss-123")
     turn = make_turn(personas["ana"], f"regra do VR? meu CPF é {CPF}", thumbs=-1)
+    RewriteFidelity.objects.create(message=turn.question, policy="rules-test")  # its review page
     assert Group.objects.exists() and GlossaryEntry.objects.exists()
     client = Client()
     client.force_login(boss)

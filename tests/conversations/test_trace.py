@@ -19,6 +19,7 @@ from conversations.trace import (
     TraceHit,
     TraceMessage,
     TraceQuery,
+    TraceRewrite,
     TraceSearch,
     read_trace,
     rewrite_block,
@@ -26,6 +27,7 @@ from conversations.trace import (
 )
 from conversations.turn import turn_run
 from conversations.views.present import trace_view
+from retrieval.pipeline.types import SearchQuery
 
 REWRITE: dict[str, Any] = {
     "backend": "rules",
@@ -111,6 +113,20 @@ def test_a_stored_trace_reads_once_into_its_typed_definition() -> None:
 
 def test_the_search_json_read_is_the_json_written() -> None:
     assert TraceSearch.read(SEARCH).json() == SEARCH
+
+
+def test_a_querys_reading_and_the_rewrites_topic_are_kept() -> None:
+    """Why a query was searched (the fidelity review shows it) needs its reading and the
+    topic it carried; a query without a reading is stored as before."""
+    query = SearchQuery("vale-refeição estagiários", "expand", reading="contextual")
+    stored = TraceQuery.of(query).json()
+    assert stored["reading"] == "contextual"
+    assert TraceQuery.read(stored) == TraceQuery.of(query)
+    assert "reading" not in TraceQuery.of(SearchQuery("férias", "original")).json()
+    rewrite = TraceRewrite.read({**REWRITE, "topic": "vale-refeição"})
+    assert rewrite.topic == "vale-refeição" and TraceRewrite.read(REWRITE).topic == ""
+    view = rewrite_view(rewrite, [TraceQuery.read(stored)])
+    assert view.queries[0].reading == "contextual"
 
 
 def test_an_empty_or_old_trace_reads_without_errors() -> None:

@@ -91,6 +91,29 @@ async def test_an_answered_turn_reads_its_context_once_and_commits_twice(
     assert trace.search["passages"] and not trace.errors
 
 
+async def test_a_turn_sampled_for_fidelity_review_adds_one_insert_to_its_first_commit(
+    small_kb: Any, personas: dict[str, Any], settings: Any
+) -> None:
+    """The queue is written with the trace, in its transaction: one INSERT (in a savepoint,
+    so that failing to queue never fails the turn), no commit of its own. A turn that is not
+    sampled writes nothing more (the test above: the rate is 0 in tests)."""
+    settings.CHATRAG_FIDELITY_SAMPLE_RATE = 1.0
+    message = await _store(personas["ana"], QUESTION)
+    with statements_counted() as seen:
+        await _run(message)
+    assert _tables(seen.writes) == [
+        "conversations_turntrace",
+        "quality_rewritefidelity",
+        "conversations_message",
+        "conversations_message",
+        "conversations_message",
+        "conversations_turntrace",
+    ], seen.listing()
+    assert seen.commits == 2, seen.listing()
+    # The reads, six writes, its savepoint (2) and the timings' savepoint (2).
+    assert len(seen.sql) == LANGUAGE_COUNT + CONTEXT_READS + 6 + 2 + 2, seen.listing()
+
+
 async def test_a_reply_without_an_answer_step_is_one_write_call(
     small_kb: Any, personas: dict[str, Any]
 ) -> None:

@@ -1,6 +1,6 @@
 """The quality pages of the Django admin: staff review of conversations and turns (`review`,
-`filters`), evaluation cases and runs (`evaluation`), the playground (`playground`) and the
-promotion gate's runs and promotions (`gate`).
+`filters`), evaluation cases and runs (`evaluation`), the playground (`playground`), the
+promotion gate's runs and promotions (`gate`) and the rewrite fidelity review (`fidelity`).
 
 The review pages keep their models' addresses (`/admin/conversations/...`); the evaluation
 pages are under `/admin/quality/` (`conversations.quality.urls` sends the old
@@ -8,6 +8,7 @@ pages are under `/admin/quality/` (`conversations.quality.urls` sends the old
 """
 
 from conversations.quality.admin.evaluation import EvalCaseAdmin, EvaluationRunAdmin
+from conversations.quality.admin.fidelity import RewriteFidelityAdmin
 from conversations.quality.admin.gate import GateRunAdmin, PolicyPromotionAdmin
 from conversations.quality.admin.review import (
     AttentionTurnAdmin,
@@ -25,6 +26,7 @@ __all__ = [
     "FeedbackAdmin",
     "GateRunAdmin",
     "PolicyPromotionAdmin",
+    "RewriteFidelityAdmin",
     "StaffAccessLogAdmin",
     "TurnTraceAdmin",
 ]

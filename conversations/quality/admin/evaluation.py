@@ -1,4 +1,5 @@
-"""Retrieval quality in the admin: evaluation cases, runs with progress, the chart over time."""
+"""Retrieval quality in the admin: evaluation cases, runs with progress, the chart over time
+(and beside it the rewrites' fidelity as staff judged it, `conversations.quality.fidelity`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from conversations.quality.admin.forms import EvaluationRunForm
 from conversations.quality.admin.playground import may_use_playground, playground_view
 from conversations.quality.cases import eval_case_records
 from conversations.quality.datasets import EvaluationInputError
+from conversations.quality.fidelity import fidelity_pending_count, fidelity_report
 from conversations.quality.models import EvalCase, EvaluationRun
 from conversations.quality.runs import (
     evaluation_run_again,
@@ -304,6 +306,11 @@ class EvaluationRunAdmin(ListFilterLookupsOnly, ProgressMixin, ObjectContextAdmi
         context["metric"] = metric
         context["can_playground"] = may_use_playground(request)
         context["can_gate"] = request.user.has_perm("quality.view_gaterun")
+        # The rewrites' fidelity beside the runs: aggregates, for staff who may read the
+        # fidelity reviews.
+        if request.user.has_perm("quality.view_rewritefidelity"):
+            context["fidelity"] = fidelity_report()
+            context["fidelity_pending"] = fidelity_pending_count()
         # The chart's own parameter, not a filter of the list (the list took it for a lookup
         # and answered "?e=1"; it may filter only through its list filters).
         params = request.GET.copy()

@@ -22,7 +22,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.test.utils import CaptureQueriesContext
 
-from conversations.quality.models import EvalCase, EvaluationRun
+from conversations.quality.models import EvalCase, EvaluationRun, RewriteFidelity
 
 pytestmark = pytest.mark.django_db
 
@@ -142,3 +142,21 @@ def test_the_move_changes_no_row_and_keeps_the_rights_granted(
 
 def test_the_models_and_their_migrations_agree() -> None:
     call_command("makemigrations", "--check", "--dry-run", verbosity=0)
+
+
+def test_the_fidelity_review_table_comes_and_goes_with_its_migration(
+    personas: dict[str, User], back_to_latest: None
+) -> None:
+    """`quality.0005` is reversible: back to 0004 drops its table, forward makes it again."""
+
+    def tables() -> set[str]:
+        with connection.cursor() as cursor:
+            return set(connection.introspection.table_names(cursor))
+
+    assert "quality_rewritefidelity" in tables()
+    _migrate([("quality", "0004_promotion_gate")])
+    assert "quality_rewritefidelity" not in tables()
+    _migrate(_latest())
+    assert "quality_rewritefidelity" in tables()
+    item = RewriteFidelity.objects.create(policy="rules-x")
+    assert RewriteFidelity.objects.get(pk=item.pk).verdict == "pending"
