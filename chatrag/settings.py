@@ -366,6 +366,10 @@ CHATRAG_SOCKET_SLOT_SECONDS = env_int("CHATRAG_SOCKET_SLOT_SECONDS", 60, minimum
 CHATRAG_RETENTION_DAYS = env_int("CHATRAG_RETENTION_DAYS", 180, minimum=0)
 # A turn whose answer took longer than this (milliseconds, end to end) counts as slow.
 CHATRAG_REVIEW_SLOW_MS = env_int("CHATRAG_REVIEW_SLOW_MS", 8000, minimum=1)
+# The most turns (tasks x rewrite modes) one evaluation run from the admin may score: a run
+# holds a Celery worker from start to end (3,000 tasks held the only one for 15 minutes, its
+# ingestion jobs waiting). `manage.py evaluate` has no such limit.
+CHATRAG_EVAL_MAX_TURNS = env_int("CHATRAG_EVAL_MAX_TURNS", 1500, minimum=1)
 # The share of turns whose rewrite is queued for staff to judge faithful or not (0..1; 0.02 is
 # one turn in fifty), chosen by a hash of the question's id (conversations.quality.fidelity).
 CHATRAG_FIDELITY_SAMPLE_RATE = env_float(

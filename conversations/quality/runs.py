@@ -65,6 +65,13 @@ def evaluation_run_create(
         raise EvaluationInputError(f"unknown or missing rewrite modes: {unknown}")
     if not ks or any(k < 1 for k in ks):
         raise EvaluationInputError("k must be positive numbers")
+    turns, limit = len(tasks) * len(modes), settings.CHATRAG_EVAL_MAX_TURNS
+    if turns > limit:
+        raise EvaluationInputError(
+            f"this run would score {turns} turns ({len(tasks)} tasks x {len(modes)} modes), "
+            f"more than the {limit} a run may (CHATRAG_EVAL_MAX_TURNS): it would hold the "
+            "worker that ingests documents; split the tasks or run manage.py evaluate"
+        )
     run = EvaluationRun.objects.create(
         collection=collection,
         source=source,

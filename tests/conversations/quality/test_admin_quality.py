@@ -204,6 +204,30 @@ def test_a_bad_tasks_file_or_no_cases_start_nothing(
     assert not EvaluationRun.objects.exists()
 
 
+def test_a_run_too_big_for_the_worker_is_refused_with_its_size(
+    staff_client: Client, small_kb: Any, eager_celery: None, settings: Any
+) -> None:
+    # A run holds the Celery worker that also ingests documents until it ends (3,000 tasks
+    # held it 15 minutes): past the limit, the form says why and nothing is queued.
+    settings.CHATRAG_EVAL_MAX_TURNS = 5
+    line = {"question": "quantos dias de férias?", "relevant": ["pt/ferias-regras-gerais"]}
+    body = "\n".join(json.dumps(line | {"id": f"t{i}"}, ensure_ascii=False) for i in range(3))
+    data = {"source": "file", "collection": small_kb.pk, "modes": ["none", "rules"], "ks": "5"}
+    response = staff_client.post(
+        reverse("admin:quality_evaluationrun_add"),
+        data | {"tasks_file": SimpleUploadedFile("tasks.jsonl", body.encode())},
+    )
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "6 turns (3 tasks x 2 modes)" in page and "CHATRAG_EVAL_MAX_TURNS" in page
+    assert not EvaluationRun.objects.exists()
+    run = _start(
+        staff_client,
+        **data | {"modes": ["rules"], "tasks_file": SimpleUploadedFile("t.jsonl", body.encode())},
+    )
+    assert run.total == 3
+
+
 def test_llm_mode_is_offered_only_with_a_chat_model(
     staff_client: Client, small_kb: Any, settings: Any
 ) -> None:
