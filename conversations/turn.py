@@ -51,6 +51,7 @@ from retrieval.pipeline.types import GlossaryEntry, HistoryMessage
 from retrieval.services import (
     VocabularyLexicon,
     chat_model,
+    collection_areas,
     collection_language,
     default_collection,
     default_language,
@@ -239,6 +240,8 @@ class TurnContext:
     embedder: Embedder | None
     # The collection's language: the answer's when a question is too short to tell.
     default_language: str
+    # The areas of the documents the owner may read ("no financeiro" names one).
+    areas: tuple[str, ...] = ()
 
     @property
     def language(self) -> str:
@@ -251,6 +254,7 @@ def turn_context(message_id: int) -> TurnContext:
     message = Message.objects.select_related("conversation__owner").get(pk=message_id)
     user = message.conversation.owner
     collection = default_collection()
+    scope = scope_for_user(user=user, collection=collection)
     # One message more than the window: the rewrite learns that the conversation started
     # before what it sees (retrieve keeps only the window).
     window = history_before(message=message, limit=settings.CHATRAG_REWRITE_WINDOW + 1)
@@ -262,13 +266,14 @@ def turn_context(message_id: int) -> TurnContext:
         ],
         collection=collection,
         glossary=glossary_for(collection=collection),
-        scope=scope_for_user(user=user, collection=collection),
+        scope=scope,
         engine=search_engine(),
         settings=retrieval_settings(),
         model=chat_model(),
         known_names=list(known_names_for(user)),
         embedder=query_embedder_for(collection=collection),
         default_language=collection_language(collection=collection),
+        areas=collection_areas(scope=scope),
     )
 
 
@@ -294,6 +299,7 @@ async def turn_retrieve(
         on_rewrite=on_rewrite,
         today=timezone.localdate(),
         rewrite_cache=rewrite_cache(),
+        areas=ctx.areas,
     )
 
 

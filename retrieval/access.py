@@ -47,12 +47,13 @@ def documents_readable(
     `documents` narrows a queryset of the caller's (the admin's). No join on the groups
     (`Exists`), so the queryset can be annotated and counted as is.
     """
-    return _readable_by(reader_for(user), documents)
+    return documents_readable_by(reader_for(user), documents)
 
 
-def _readable_by(
+def documents_readable_by(
     reader: Reader | None, documents: QuerySet[Document] | None = None
 ) -> QuerySet[Document]:
+    """The documents `reader` may read (None reads nothing), of `documents` or of all."""
     documents = Document.objects.all() if documents is None else documents
     if reader is None:
         return documents.none()
@@ -112,7 +113,7 @@ def document_access(
     names = {str(e) for e in external_ids if e is not None}
     if not ids and not names:
         return DocumentAccess(everything=False)
-    readable = _readable_by(reader)
+    readable = documents_readable_by(reader)
     return DocumentAccess(
         everything=False,
         ids=frozenset(readable.filter(pk__in=ids).values_list("pk", flat=True))
@@ -146,10 +147,12 @@ def external_ids_unreadable(
     reader = reader_for(user)
     if reader is not None and reader.everything:
         return frozenset()
-    readable = _readable_by(reader).values("pk")
+    readable = documents_readable_by(reader).values("pk")
     unreadable = Document.objects.filter(collection=collection).exclude(pk__in=readable)
     if readable_by is not None:
-        unreadable = unreadable.filter(pk__in=_readable_by(reader_for(readable_by)).values("pk"))
+        unreadable = unreadable.filter(
+            pk__in=documents_readable_by(reader_for(readable_by)).values("pk")
+        )
     return frozenset(unreadable.values_list("external_id", flat=True))
 
 

@@ -16,7 +16,7 @@ from django.db.models import Count
 from django.utils.module_loading import import_string
 from psycopg.conninfo import make_conninfo
 
-from retrieval.access import reader_for
+from retrieval.access import documents_readable_by, reader_for
 from retrieval.embeddings import Embedder, get_embedder
 from retrieval.models import Collection, Document, GlossaryEntry
 from retrieval.pipeline.fusion import FusionStrategy
@@ -27,6 +27,7 @@ from retrieval.pipeline.rewrite_cache import RewriteCache
 from retrieval.pipeline.search import (
     READABLE_CHUNKS_SQL,
     SPELLING_SIMILARITY,
+    Reader,
     Scope,
     SearchEngine,
     SearchParams,
@@ -251,6 +252,29 @@ def collection_language(*, collection: Collection) -> str:
         language = default_language()
     _languages[key] = (time.monotonic(), language)
     return language
+
+
+_areas: dict[tuple[int, tuple[int, ...], bool], tuple[float, tuple[str, ...]]] = {}
+
+
+def collection_areas(*, scope: Scope) -> tuple[str, ...]:
+    """The areas of the documents this scope's reader may read ("rh", "financeiro", ...).
+
+    A turn that names one ("no financeiro") has its passages first; an area only restricted
+    documents have is not one the reader can name, nor learn of from the trace. Kept a minute
+    per process, like the collection's language.
+    """
+    key = (scope.collection_id, scope.group_ids, scope.see_everything)
+    cached = _areas.get(key)
+    if cached is not None and time.monotonic() - cached[0] < _LANGUAGE_MAX_AGE_S:
+        return cached[1]
+    reader = Reader(group_ids=scope.group_ids, everything=scope.see_everything)
+    documents = documents_readable_by(
+        reader, Document.objects.filter(collection_id=scope.collection_id).exclude(area="")
+    )
+    areas = tuple(sorted(set(documents.values_list("area", flat=True))))
+    _areas[key] = (time.monotonic(), areas)
+    return areas
 
 
 def default_collection() -> Collection:

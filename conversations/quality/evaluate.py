@@ -37,6 +37,7 @@ from retrieval.pipeline.search import Scope
 from retrieval.pipeline.types import LexiconView
 from retrieval.services import (
     VocabularyLexicon,
+    collection_areas,
     collection_language,
     glossary_for,
     query_embedder_for,
@@ -175,6 +176,7 @@ async def evaluate_mode(
     references = references_by_task(tasks) if answers else {}
     depth = max([10, *ks])
     fallback = await sync_to_async(collection_language)(collection=collection)
+    areas = await sync_to_async(collection_areas)(scope=scope)
     for task in tasks:
         turn_language = task.language or language or answer_language(task.question, fallback)
         outcome = await retrieve(
@@ -190,6 +192,7 @@ async def evaluate_mode(
             language=task.language or language,
             default_language=fallback,
             today=timezone.localdate(),
+            areas=areas,
         )
         row = task_row(task=task, outcome=outcome, mode=mode, ks=ks, depth=depth)
         row["language"] = turn_language

@@ -31,6 +31,7 @@ from retrieval.pipeline.types import HistoryMessage, RewriteResult, SearchQuery
 from retrieval.services import (
     VocabularyLexicon,
     chat_model,
+    collection_areas,
     collection_language,
     default_collection,
     glossary_for,
@@ -227,6 +228,7 @@ def playground_run(
         model=chat_model(),
         known_names=list(known_names_for(reader)) if reader is not None else [],
         default_language=collection_language(collection=collection),
+        areas=collection_areas(scope=scope),
     )
     outcomes = async_to_sync(_run_all)(question, list(history), context, configs, settings)
     return [
@@ -254,6 +256,7 @@ class _Context:
     known_names: list[str]
     # The collection's language: the answer's when a question is too short to tell.
     default_language: str
+    areas: tuple[str, ...] = ()
 
 
 async def _run_all(
@@ -279,6 +282,7 @@ async def _run_all(
             known_names=ctx.known_names,
             language=language,
             today=timezone.localdate(),
+            areas=ctx.areas,
         )
         answer, kind = await _reply(outcome, language, ctx.model)
         out.append((outcome, answer, kind))

@@ -59,6 +59,7 @@ from retrieval.pipeline.types import HistoryMessage
 from retrieval.services import (
     VocabularyLexicon,
     chat_model,
+    collection_areas,
     collection_language,
     default_collection,
     glossary_for,
@@ -262,6 +263,7 @@ async def turns_replay(
     glossary = await sync_to_async(glossary_for)(collection=collection)
     embedder = await sync_to_async(query_embedder_for)(collection=collection)
     fallback = await sync_to_async(collection_language)(collection=collection)
+    areas = await sync_to_async(collection_areas)(scope=scope)
     pipeline = await sync_to_async(retrieval_settings)(mode=policy.mode)
     lexicon = VocabularyLexicon(engine, collection.id, scope=scope)
     out = []
@@ -279,6 +281,7 @@ async def turns_replay(
             language=answer_language(turn.question, fallback),
             default_language=fallback,
             today=timezone.localdate(),
+            areas=areas,
         )
         out.append(_turn_result(turn, outcome, calls_model=model is not None))
     return out

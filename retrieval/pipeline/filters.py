@@ -11,6 +11,10 @@ the user's own words alone pull up another country's sibling page just as well. 
 merged hits, pages whose title names that country come first, pages titled for another
 country last, and the rest keep their order in between. It is a preference, never access
 control: nothing is removed, and a page outside the user's permissions was never found.
+
+An area works the same way ("como peço reembolso no financeiro?", "¿qué cubre en RRHH?"):
+placed after a preposition, it must be one of the areas of the documents the reader may
+read (the caller passes them), and that area's passages come first.
 """
 
 from __future__ import annotations
@@ -125,6 +129,14 @@ _VERSIONED = frozenset(
     ).split()
 )
 EARLIEST_YEAR = 1990
+# A year named by its distance from today's (the reader's local date).
+_RELATIVE_YEARS = {
+    ("ano", "passado"): 1,
+    ("ano", "retrasado"): 2,
+    ("ano", "pasado"): 1,
+    ("last", "year"): 1,
+    ("previous", "year"): 1,
+}
 
 
 @dataclass(frozen=True)
@@ -145,6 +157,12 @@ def version_ask(texts: Sequence[str], today: date | None = None) -> VersionAsk:
     year = None
     for text in texts:
         tokens = token_spans(text)
+        words = [t.norm for t in tokens]
+        if today is not None:
+            # "a regra do ano passado", "el año pasado", "last year": that year's pages.
+            for pair, back in _RELATIVE_YEARS.items():
+                if any(tuple(words[i : i + 2]) == pair for i in range(len(words) - 1)):
+                    year = today.year - back
         for index, token in enumerate(tokens):
             near = tokens[max(0, index - 2) : index + 3]
             if token.norm in _OLD_WORDS and any(t.norm in _VERSIONED for t in near):
@@ -273,4 +291,64 @@ def prefer_named_titles(merged: Sequence[MergedHit], names: Sequence[str]) -> li
     if not any(named):
         return ranked
     order = sorted(range(len(ranked)), key=lambda i: (not named[i], i))
+    return [ranked[i] for i in order]
+
+
+# "no financeiro", "en RRHH", "in HR": the department the question is placed in. Each set
+# names one department in the three languages (normalised); a collection's area counts when
+# its name is one of them, and is then named by any of them.
+_AREA_PREPOSITIONS = frozenset({"em", "no", "na", "nos", "nas", "en", "in", "pelo", "pela"})
+_AREA_NAMES: dict[str, frozenset[str]] = {
+    key: frozenset(normalize(name) for name in names.split(","))
+    for key, names in {
+        "rh": "rh,recursos humanos,rrhh,hr,human resources,gestao de pessoas,gestion humana",
+        "financeiro": "financeiro,financas,financiero,finanzas,finance,tesouraria,tesoreria,"
+        "treasury,contabilidade,contabilidad,accounting",
+        "ti": "ti,tecnologia,tecnologia da informacao,it,tecnologia de la informacion",
+        "juridico": "juridico,legal,departamento juridico,assessoria juridica",
+    }.items()
+}
+_LONGEST_AREA_NAME = 4  # words
+# Names that are common words in lower case: "in it" is no area, "in IT" is.
+_CAPITALS_ONLY = frozenset({("it",)})
+
+
+def area_ask(texts: Sequence[str], areas: Sequence[str]) -> frozenset[str]:
+    """Return the areas (as the collection calls them) the texts place their question in.
+
+    Only a department among `areas` counts, named after a preposition ("no financeiro", "na
+    TI"): "o que a TI fornece?" asks about IT's supplies, not in IT's pages alone.
+    """
+    known = {normalize(a).replace("-", " "): a for a in areas if a.strip()}
+    if not known:
+        return frozenset()
+    names: dict[tuple[str, ...], str] = {}
+    for key, area in known.items():
+        # Only a department counts: an area such as "trabalho-remoto" or "desligamento" is a
+        # subject ("o VR no trabalho remoto" asks about the meal card), not where to look.
+        for alias in next((n for n in _AREA_NAMES.values() if key in n), frozenset()):
+            names[tuple(alias.split())] = area
+    found: set[str] = set()
+    for text in texts:
+        tokens = token_spans(text)
+        for i, token in enumerate(tokens[:-1]):
+            if token.norm not in _AREA_PREPOSITIONS:
+                continue
+            start = i + 1 + (tokens[i + 1].norm in _ARTICLES and i + 2 < len(tokens))
+            for size in range(min(_LONGEST_AREA_NAME, len(tokens) - start), 0, -1):
+                words = tuple(t.norm for t in tokens[start : start + size])
+                if words in _CAPITALS_ONLY and not tokens[start].text.isupper():
+                    continue
+                if words in names:
+                    found.add(names[words])
+                    break
+    return frozenset(found)
+
+
+def prefer_areas(merged: Sequence[MergedHit], areas: frozenset[str]) -> list[MergedHit]:
+    """Put the passages of `areas` first; the rest keep their order after them."""
+    ranked = list(merged)
+    if not areas:
+        return ranked
+    order = sorted(range(len(ranked)), key=lambda i: (ranked[i].hit.area not in areas, i))
     return [ranked[i] for i in order]

@@ -25,6 +25,8 @@ from .evidence import (
     reply_probe,
 )
 from .filters import (
+    area_ask,
+    prefer_areas,
     prefer_countries,
     prefer_current,
     prefer_named_titles,
@@ -231,11 +233,13 @@ async def retrieve(
     on_rewrite: Callable[[RewriteAnnouncement], Awaitable[None]] | None = None,
     today: date | None = None,
     rewrite_cache: RewriteCache | None = None,
+    areas: Sequence[str] = (),
 ) -> RetrievalOutcome:
     """Rewrite and search one turn; degrade to searching the question as typed on failure.
 
     `today` is the reader's local date ("a regra deste ano"); the callers pass it in, so the
-    pipeline keeps no clock of its own.
+    pipeline keeps no clock of its own. `areas` are the areas of the documents the reader may
+    read: one the turn names ("no financeiro") puts its passages first.
     """
     timings: dict[str, float] = {}
     errors: list[str] = []
@@ -292,10 +296,10 @@ async def retrieve(
     if not vectors:  # embedder down: each query runs with its full-text leg only
         vectors = [[] for _ in embedded]
     vectors = vectors + [[] for _ in probes]
-    areas = [q.area for q in queries] + [None for _ in probes]
+    hints = [q.area for q in queries] + [None for _ in probes]
     requests = [
         SearchRequest(text=without_asking_words(text), vector=vector, area=area)
-        for text, vector, area in zip(texts, vectors, areas, strict=True)
+        for text, vector, area in zip(texts, vectors, hints, strict=True)
     ]
     results: list[list[Hit]] = []
     if requests:
@@ -316,6 +320,10 @@ async def retrieve(
             f"country filter: {', '.join(rewrite.countries)} "
             "(its pages first, other countries' pages after)"
         )
+    asked_areas = area_ask([masked_question, *(q.text for q in queries)], areas)
+    if asked_areas:
+        rewrite.areas = tuple(sorted(asked_areas))
+        rewrite.notes.append(f"area filter: {', '.join(rewrite.areas)} (its passages first)")
     if on_rewrite is not None:
         await on_rewrite(RewriteAnnouncement(rewrite, queries, masker, list(errors)))
 
@@ -342,11 +350,12 @@ async def retrieve(
     if version_note:
         rewrite.notes.append(version_note)
     merged = prefer_countries(merged, frozenset(rewrite.countries))
+    merged = prefer_areas(merged, frozenset(rewrite.areas))
     merged = prefer_named_titles(
         merged, [h.expansion for h in rewrite.glossary_hits if h.source == "question"]
     )
-    # A version, a country or the company terms the turn named put another page first: the
-    # answer keeps it.
+    # A version, a country, an area or the company terms the turn named put another page
+    # first: the answer keeps it.
     pinned = (
         str(merged[0].hit.document_id)
         if merged and merged[0].hit.document_id != searched_first

@@ -69,7 +69,7 @@ def from_state(state: dict[str, Any]) -> tuple[RewriteResult, float]:
             clarification["question"], tuple(clarification.get("options", ()))
         )
     data["glossary_hits"] = [GlossaryHit(**h) for h in data.get("glossary_hits", [])]
-    for name in ("new_terms", "clarify_terms", "countries"):
+    for name in ("new_terms", "clarify_terms", "countries", "areas"):
         data[name] = tuple(data.get(name, ()))
     data["notes"] = list(data.get("notes", []))
     return RewriteResult(**data), float(state.get("computed_ms", 0.0))

@@ -148,6 +148,9 @@ class RewriteResult:
     # Countries the turn places its question in ("no Uruguai", carried "en Chile"): their
     # pages are preferred over other countries' siblings (retrieval.pipeline.filters).
     countries: tuple[str, ...] = ()
+    # Areas of the collection the turn places its question in ("no financeiro"): their
+    # passages come first (retrieval.pipeline.filters.area_ask).
+    areas: tuple[str, ...] = ()
     # "hit" when taken from the rewrite cache, "miss" when computed and kept, None without one.
     cache: str | None = None
 
@@ -196,5 +199,6 @@ class RewriteResult:
             "topic": self.topic,
             "decision": self.decision,
             "countries": list(self.countries),
+            "areas": list(self.areas),
             "cache": self.cache,
         }

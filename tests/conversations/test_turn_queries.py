@@ -30,9 +30,10 @@ WAIT_S = 20  # a hang guard, never a performance assertion
 QUESTION = "quantos dias de férias eu tenho por ano?"
 # The turn's context, read in one database call (`turn_context`): the message and its
 # owner, the collection, the history window, the glossary, the owner's groups; and the
-# collection's language, counted once a minute per process (the first turn of a collection).
+# collection's language and the areas of what the owner may read, each counted once a minute
+# per process (the first turn of a collection, of a reader's groups).
 CONTEXT_READS = 5
-LANGUAGE_COUNT = 1
+COLLECTION_COUNTS = 2
 
 
 @pytest.fixture(autouse=True)
@@ -84,7 +85,7 @@ async def test_an_answered_turn_reads_its_context_once_and_commits_twice(
     ], seen.listing()
     assert seen.commits == 2, seen.listing()
     # The reads, the five writes, and the savepoint that keeps the timings from failing it.
-    assert len(seen.sql) == LANGUAGE_COUNT + CONTEXT_READS + 5 + 2, seen.listing()
+    assert len(seen.sql) == COLLECTION_COUNTS + CONTEXT_READS + 5 + 2, seen.listing()
     # What was written once is whole: nothing read back to merge the timings into it.
     trace = await _trace(message)
     assert {"embed", "search", "to_sources_frame", "to_done"} <= set(trace.timings_ms)
@@ -111,7 +112,7 @@ async def test_a_turn_sampled_for_fidelity_review_adds_one_insert_to_its_first_c
     ], seen.listing()
     assert seen.commits == 2, seen.listing()
     # The reads, six writes, its savepoint (2) and the timings' savepoint (2).
-    assert len(seen.sql) == LANGUAGE_COUNT + CONTEXT_READS + 6 + 2 + 2, seen.listing()
+    assert len(seen.sql) == COLLECTION_COUNTS + CONTEXT_READS + 6 + 2 + 2, seen.listing()
 
 
 async def test_a_reply_without_an_answer_step_is_one_write_call(

@@ -105,6 +105,54 @@ def test_a_country_the_conversation_fixed_is_not_outvoted_by_a_looser_query(
         assert documents.index("es/vacaciones-espana") > documents.index("es/vacaciones-chile")
 
 
+def test_a_department_the_question_names_puts_its_pages_first(
+    small_kb: Any, personas: dict[str, Any]
+) -> None:
+    # Issue 15: "no financeiro" is a typed filter, shown in the trace, applied as a
+    # preference; only departments of the documents the reader may read count.
+    from retrieval.embeddings import get_embedder
+    from retrieval.ingestion.services import Section, SourceDocument, documents_ingest
+    from retrieval.services import _areas, collection_areas, scope_for_user
+
+    text = "O reembolso de despesas de viagem é pedido com as notas fiscais em até 30 dias."
+    sources = [
+        SourceDocument("pt/reembolso-rh", "Reembolso de despesas", (Section("", text),), area="rh"),
+        SourceDocument(
+            "pt/reembolso-financeiro",
+            "Pagamentos da tesouraria",
+            (Section("", "Os reembolsos aprovados são pagos pela tesouraria às sextas."),),
+            area="financeiro",
+        ),
+        SourceDocument(
+            "pt/contratos-juridico",
+            "Contratos com fornecedores",
+            (Section("", "Contratos são revisados pelo jurídico em 5 dias úteis."),),
+            area="juridico",
+            groups=("rh-restrito",),
+        ),
+    ]
+    report = documents_ingest(
+        collection=small_kb, sources=sources, embedder=get_embedder(), total=len(sources)
+    )
+    assert not report.errors, report.errors
+    _areas.clear()
+    ana = scope_for_user(user=personas["ana"], collection=small_kb)
+    rita = scope_for_user(user=personas["rita"], collection=small_kb)
+    assert "juridico" not in collection_areas(scope=ana)
+    assert "juridico" in collection_areas(scope=rita)
+
+    data = _ask_json("como peço reembolso de despesas no financeiro?")
+    assert data["rewrite"]["areas"] == ["financeiro"]
+    assert any(n.startswith("area filter: financeiro") for n in data["rewrite"]["notes"])
+    assert data["sources"][0]["document"] == "pt/reembolso-financeiro"
+    plain = _ask_json("como peço reembolso de despesas?")
+    assert plain["rewrite"]["areas"] == []
+    assert plain["sources"][0]["document"] != "pt/reembolso-financeiro"
+    # A department only restricted documents have is no filter for Ana (nor a trace note).
+    hidden = _ask_json("quanto tempo leva a revisão de contratos no jurídico?", "--user", "ana")
+    assert hidden["rewrite"]["areas"] == []
+
+
 def test_sources_and_answer_are_the_turns_own(small_kb: Any, personas: dict[str, Any]) -> None:
     """The same question as a real turn of Ana's: the same cut, the same extractive answer."""
     question = "prazo para pedir reembolso de despesas com nota fiscal"
