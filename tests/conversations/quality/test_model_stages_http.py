@@ -163,6 +163,22 @@ def test_rerank_reorders_the_fused_candidates(small_kb: Any, openai: dict[str, A
     ]
 
 
+def test_only_passages_the_reader_may_read_reach_the_rerank_prompt(
+    small_kb: Any, openai: dict[str, Any]
+) -> None:
+    openai["rerank"] = lambda body: _completion(json.dumps({"order": [1]}))
+    salary = "banda P3 matriz de mérito faixa salarial"
+    for user in ("rita", "ana"):
+        out = StringIO()
+        call_command("ask", salary, "--user", user, "--rerank", "--json", stdout=out)
+        assert json.loads(out.getvalue())["rerank"]["status"] == "done"
+    rita, ana = (b["messages"][1]["content"] for b in _stage_bodies(openai, "You rank passages"))
+    # Rita reads the restricted salary table, and the model sees it among her candidates;
+    # Ana's search never finds it, so her prompt cannot hold it.
+    assert RESTRICTED_TITLE in rita
+    assert RESTRICTED_TITLE not in ana and "P3" in ana
+
+
 @pytest.mark.parametrize(
     "reply",
     [
