@@ -326,6 +326,16 @@ CHATRAG_REWRITE_WINDOW = env_int("CHATRAG_REWRITE_WINDOW", 6, minimum=0)
 CHATRAG_REWRITE_MODE = env_choice("CHATRAG_REWRITE_MODE", "auto", {"auto", "rules", "llm"})
 CHATRAG_REWRITE_MAX_QUERIES = env_int("CHATRAG_REWRITE_MAX_QUERIES", 3, minimum=1)
 CHATRAG_REWRITE_MAX_QUERY_CHARS = env_int("CHATRAG_REWRITE_MAX_QUERY_CHARS", 300, minimum=20)
+# Optional model stages (retrieval.pipeline.model_stages), off unless `evaluate` shows a win:
+# a hypothetical answer searched on the vector leg (HyDE), and a listwise rerank of the best
+# fused passages. Both need CHATRAG_LLM_BACKEND; a failure leaves the turn as without them.
+CHATRAG_HYDE = env_bool("CHATRAG_HYDE", False)
+CHATRAG_HYDE_MAX_CHARS = env_int("CHATRAG_HYDE_MAX_CHARS", 300, minimum=40)
+CHATRAG_HYDE_TIMEOUT = env_float("CHATRAG_HYDE_TIMEOUT", 8.0, minimum=0.1)
+CHATRAG_RERANK = env_bool("CHATRAG_RERANK", False)
+CHATRAG_RERANK_CANDIDATES = env_int("CHATRAG_RERANK_CANDIDATES", 10, minimum=2)
+CHATRAG_RERANK_PASSAGE_CHARS = env_int("CHATRAG_RERANK_PASSAGE_CHARS", 300, minimum=40)
+CHATRAG_RERANK_TIMEOUT = env_float("CHATRAG_RERANK_TIMEOUT", 8.0, minimum=0.1)
 # Employee registration numbers to mask (regex), checked here; empty means masking's default
 # (retrieval.pipeline.masking.DEFAULT_EMPLOYEE_ID_PATTERN, read by retrieval.services).
 CHATRAG_EMPLOYEE_ID_PATTERN = env_regex("CHATRAG_EMPLOYEE_ID_PATTERN")

@@ -195,12 +195,61 @@ class TraceHit:
 
 
 @dataclass(frozen=True)
+class TraceStage:
+    """What an optional model stage did (`retrieval.pipeline.model_stages`): "done", "kept"
+    (the rerank left the fused order), "failed" or "skipped", why, and how long it took.
+
+    A rerank also keeps the window's chunk ids in the fused order (`before`) and in the final
+    order (`after`): ids only, so the trace names no document the hits do not already name.
+    """
+
+    status: str
+    reason: str = ""
+    model: str = ""
+    ms: float | None = None
+    before: tuple[int, ...] = ()
+    after: tuple[int, ...] = ()
+
+    @classmethod
+    def read(cls, data: object) -> TraceStage | None:
+        if not isinstance(data, Mapping) or not _text(data.get("status")):
+            return None
+        return cls(
+            status=_text(data.get("status")),
+            reason=_text(data.get("reason")),
+            model=_text(data.get("model")),
+            ms=_number(data.get("ms")),
+            before=_ints(data.get("before")),
+            after=_ints(data.get("after")),
+        )
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "model": self.model,
+            "ms": self.ms,
+            "before": list(self.before),
+            "after": list(self.after),
+        }
+
+
+def _ints(value: object) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(v for v in value if isinstance(v, int) and not isinstance(v, bool))
+
+
+@dataclass(frozen=True)
 class TraceSearch:
     """What was searched (the user's own words last), what came back, what was shown."""
 
     queries: tuple[TraceQuery, ...] = ()
     hits: tuple[TraceHit, ...] = ()  # the best TRACE_HITS fused hits, best first
     passages: tuple[int, ...] = ()  # chunk ids of the passages shown
+    # The optional model stages, when switched on (a "hyde" query is the hypothesis itself).
+    hyde: TraceStage | None = None
+    rerank: TraceStage | None = None
 
     @property
     def corroborated(self) -> bool:
@@ -232,6 +281,8 @@ class TraceSearch:
                 for m in outcome.merged[:TRACE_HITS]
             ),
             passages=tuple(m.hit.chunk_id for m in outcome.passages),
+            hyde=TraceStage.read(outcome.hyde.to_dict()) if outcome.hyde else None,
+            rerank=TraceStage.read(outcome.rerank.to_dict()) if outcome.rerank else None,
         )
 
     @classmethod
@@ -245,14 +296,22 @@ class TraceSearch:
             passages=tuple(p for p in passages if isinstance(p, int))
             if isinstance(passages, list)
             else (),
+            hyde=TraceStage.read(data.get("hyde")),
+            rerank=TraceStage.read(data.get("rerank")),
         )
 
     def json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "queries": [q.json() for q in self.queries],
             "hits": [h.json() for h in self.hits],
             "passages": list(self.passages),
         }
+        # Only when a stage was switched on: traces without them keep their shape.
+        if self.hyde is not None:
+            out["hyde"] = self.hyde.json()
+        if self.rerank is not None:
+            out["rerank"] = self.rerank.json()
+        return out
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from retrieval.models import Collection, Document, GlossaryEntry
 from retrieval.pipeline.fusion import FusionStrategy
 from retrieval.pipeline.llm import ChatModel
 from retrieval.pipeline.masking import DEFAULT_EMPLOYEE_ID_PATTERN, MaskingConfig
+from retrieval.pipeline.model_stages import HydeSettings, RerankSettings
 from retrieval.pipeline.retrieve import RetrievalSettings, RewriteMode
 from retrieval.pipeline.rewrite_cache import RewriteCache
 from retrieval.pipeline.search import (
@@ -115,8 +116,14 @@ def rewrite_cache() -> RewriteCache | None:
     return _DjangoRewriteCache(seconds) if seconds else None
 
 
-def retrieval_settings(*, mode: RewriteMode | None = None) -> RetrievalSettings:
-    """Pipeline knobs from settings; the rewrite mode defaults to llm when a model is set."""
+def retrieval_settings(
+    *, mode: RewriteMode | None = None, hyde: bool | None = None, rerank: bool | None = None
+) -> RetrievalSettings:
+    """Pipeline knobs from settings; the rewrite mode defaults to llm when a model is set.
+
+    `hyde` and `rerank` switch the optional model stages on or off (None: as the settings
+    say, CHATRAG_HYDE and CHATRAG_RERANK, both off by default).
+    """
     if mode is None and settings.CHATRAG_REWRITE_MODE != "auto":
         mode = "llm" if settings.CHATRAG_REWRITE_MODE == "llm" else "rules"
     if mode is None:
@@ -138,6 +145,22 @@ def retrieval_settings(*, mode: RewriteMode | None = None) -> RetrievalSettings:
         rewrite_timeout=settings.CHATRAG_REWRITE_TIMEOUT,
         masking=MaskingConfig(employee_id_pattern=employee_id_pattern()),
         search=search_params(),
+        hyde=(
+            HydeSettings(
+                max_chars=settings.CHATRAG_HYDE_MAX_CHARS, timeout=settings.CHATRAG_HYDE_TIMEOUT
+            )
+            if (settings.CHATRAG_HYDE if hyde is None else hyde)
+            else None
+        ),
+        rerank=(
+            RerankSettings(
+                candidates=settings.CHATRAG_RERANK_CANDIDATES,
+                passage_chars=settings.CHATRAG_RERANK_PASSAGE_CHARS,
+                timeout=settings.CHATRAG_RERANK_TIMEOUT,
+            )
+            if (settings.CHATRAG_RERANK if rerank is None else rerank)
+            else None
+        ),
     )
 
 

@@ -54,7 +54,15 @@ INSTALL_HINT: Final = (
 )
 DEFAULT_PORT: Final = 8090
 # Seconds; the environment wins (see the module's decisions).
-DEFAULT_TIMEOUTS: Final = {"CHATRAG_REWRITE_TIMEOUT": "60", "CHATRAG_LLM_TIMEOUT": "60"}
+DEFAULT_TIMEOUTS: Final = {
+    name: "60"
+    for name in (
+        "CHATRAG_REWRITE_TIMEOUT",
+        "CHATRAG_LLM_TIMEOUT",
+        "CHATRAG_HYDE_TIMEOUT",
+        "CHATRAG_RERANK_TIMEOUT",
+    )
+}
 
 
 class LocalModelUnavailable(RuntimeError):

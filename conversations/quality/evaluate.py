@@ -157,22 +157,27 @@ async def evaluate_mode(
     corpus_idf: bool = False,
     scope: Scope | None = None,
     answer_model: ChatModel | None | Literal["rewrite"] = "rewrite",
+    hyde: bool | None = None,
+    rerank: bool | None = None,
 ) -> ModeReport:
     """Score every task with one rewrite mode (tasks run one at a time for clean latencies).
 
     `scope`: what the searches and the rewrite's word statistics may read; every document of
     the collection when None (the command line). `answer_model`: who writes the answers
-    (None: extractive); by default the rewrite's model, as in the chat.
+    (None: extractive); by default the rewrite's model, as in the chat. `hyde` and `rerank`
+    switch the optional model stages on or off (None: as the settings say); a stage on names
+    the report ("rules+rerank") and its rows.
     """
     writer = model if answer_model == "rewrite" else answer_model
     engine = await sync_to_async(search_engine)()
     glossary = await sync_to_async(glossary_for)(collection=collection)
-    settings = await sync_to_async(retrieval_settings)(mode=mode)
+    settings = await sync_to_async(retrieval_settings)(mode=mode, hyde=hyde, rerank=rerank)
+    label = stages_label(mode, hyde=settings.hyde is not None, rerank=settings.rerank is not None)
     embedder = await sync_to_async(query_embedder_for)(collection=collection)
     if scope is None:
         scope = Scope(collection_id=collection.id, see_everything=True)
     lexicon = VocabularyLexicon(engine, collection.id, scope=scope)
-    report = ModeReport(mode=mode, ks=ks)
+    report = ModeReport(mode=label, ks=ks)
     references = references_by_task(tasks) if answers else {}
     depth = max([10, *ks])
     fallback = await sync_to_async(collection_language)(collection=collection)
@@ -195,8 +200,14 @@ async def evaluate_mode(
             areas=areas,
         )
         row = task_row(task=task, outcome=outcome, mode=mode, ks=ks, depth=depth)
+        row["mode"] = label
         row["language"] = turn_language
         row["timings_ms"] = dict(outcome.timings_ms)
+        for name, record in (("hyde", outcome.hyde), ("rerank", outcome.rerank)):
+            if record is not None:
+                row[name] = {"status": record.status, "reason": record.reason, "ms": record.ms}
+        if outcome.rerank is not None:
+            row["rerank"]["moved"] = outcome.rerank.before != outcome.rerank.after
         if answers:
             row["answer"] = await answer_row(
                 task=task,
@@ -216,6 +227,14 @@ async def evaluate_mode(
         if on_task:
             on_task()
     return report
+
+
+STAGES = ("hyde", "rerank")
+
+
+def stages_label(mode: str, *, hyde: bool, rerank: bool) -> str:
+    """A report's name: the rewrite mode and the model stages on ("rules+hyde+rerank")."""
+    return "+".join([mode, *(s for s, on in zip(STAGES, (hyde, rerank), strict=True) if on)])
 
 
 def task_row(

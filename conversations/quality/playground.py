@@ -24,6 +24,7 @@ from conversations.quality.evaluate import turn_answer
 from retrieval.models import Collection
 from retrieval.pipeline.answer import answer_language
 from retrieval.pipeline.llm import ChatModel
+from retrieval.pipeline.model_stages import HydeRecord, RerankRecord
 from retrieval.pipeline.retrieve import RetrievalOutcome, RetrievalSettings, RewriteMode, retrieve
 from retrieval.pipeline.rewrite_rules.smalltalk import small_talk_reply
 from retrieval.pipeline.search import Legs, Scope
@@ -43,21 +44,21 @@ from retrieval.services import (
 )
 
 HITS_PER_QUERY = 10
-NO_RERANK_SERVER = "no rerank stage without a model server (CHATRAG_LLM_BACKEND is not set)"
-NO_RERANK_YET = "no rerank stage yet (issue 15, point 6): the fused order is final"
 
 
 @dataclass(frozen=True)
 class PlaygroundConfig:
-    """One way to run the question: rewrite mode, search legs, rerank asked for."""
+    """One way to run the question: rewrite mode, search legs, the optional model stages."""
 
     rewrite: RewriteMode = "rules"
     legs: Legs = "hybrid"
     rerank: bool = False
+    hyde: bool = False
 
     @property
     def label(self) -> str:
-        return f"{self.rewrite} · {self.legs}" + (" · rerank" if self.rerank else "")
+        stages = [name for name, on in (("hyde", self.hyde), ("rerank", self.rerank)) if on]
+        return f"{self.rewrite} · {self.legs}" + "".join(f" · {s}" for s in stages)
 
 
 @dataclass
@@ -70,7 +71,6 @@ class PlaygroundRun:
     outcome: RetrievalOutcome
     answer: str
     answer_kind: str  # "extractive", "model", "small talk", "clarification"
-    rerank: str | None
 
     def to_dict(self) -> dict[str, Any]:
         """The run as JSON: what `ask --json` prints and the staff page shows."""
@@ -82,6 +82,7 @@ class PlaygroundRun:
                 "rewrite": self.config.rewrite,
                 "legs": self.config.legs,
                 "rerank": self.config.rerank,
+                "hyde": self.config.hyde,
             },
             "reader": self.reader,
             "question": self.question,
@@ -115,10 +116,40 @@ class PlaygroundRun:
             ],
             "sources_shown": self.answer_kind not in {"small talk", "clarification"},
             "answer": {"text": self.answer, "kind": self.answer_kind},
-            "rerank": self.rerank,
+            "hyde": _stage(outcome.hyde),
+            "rerank": _stage(outcome.rerank),
+            "reranked": _reranked(outcome),
             "errors": list(outcome.errors),
             "timings_ms": dict(outcome.timings_ms),
         }
+
+
+def _stage(record: HydeRecord | RerankRecord | None) -> dict[str, Any] | None:
+    return None if record is None else {**record.to_dict(), "note": record.note()}
+
+
+def _reranked(outcome: RetrievalOutcome) -> list[dict[str, Any]]:
+    """The rerank's window in its final order, each with its place in the fused order."""
+    record = outcome.rerank
+    if record is None or not record.after:
+        return []
+    by_chunk = {m.hit.chunk_id: m for m in outcome.merged}
+    out = []
+    for rank, chunk in enumerate(record.after, start=1):
+        item = by_chunk.get(chunk)
+        if item is None:
+            continue
+        out.append(
+            {
+                "rank": rank,
+                "fused_rank": record.before.index(chunk) + 1,
+                "chunk": chunk,
+                "document": item.hit.external_id,
+                "section": item.hit.heading,
+                "fused": round(item.score, 6),
+            }
+        )
+    return out
 
 
 def query_hits(outcome: RetrievalOutcome, index: int, shown: set[int]) -> list[dict[str, Any]]:
@@ -215,7 +246,8 @@ def playground_run(
     base = retrieval_settings()
     settings = {
         config: replace(
-            retrieval_settings(mode=config.rewrite), search=replace(base.search, legs=config.legs)
+            retrieval_settings(mode=config.rewrite, hyde=config.hyde, rerank=config.rerank),
+            search=replace(base.search, legs=config.legs),
         )
         for config in configs
     }
@@ -239,7 +271,6 @@ def playground_run(
             outcome=outcome,
             answer=answer,
             answer_kind=kind,
-            rerank=_rerank_note(config, context.model),
         )
         for config, (outcome, answer, kind) in zip(configs, outcomes, strict=True)
     ]
@@ -302,9 +333,3 @@ async def _reply(
         return text, "clarification"
     text, extractive = await turn_answer(outcome=outcome, language=language, model=model)
     return text, "extractive" if extractive else "model"
-
-
-def _rerank_note(config: PlaygroundConfig, model: ChatModel | None) -> str | None:
-    if not config.rerank:
-        return None
-    return NO_RERANK_SERVER if model is None else NO_RERANK_YET

@@ -318,6 +318,10 @@ async def _shadow(
                 # Both policies' answers are extractive: fact recall then measures what the
                 # rewrite retrieved, not which model wrote the answer.
                 answer_model=None,
+                # The gate compares rewrite policies; the model stages are measured by
+                # `manage.py evaluate --stages`.
+                hyde=False,
+                rerank=False,
             )
             replayed = await turns_replay(turns, policy, model)
             results[policy] = (task_results(report, calls_model=model is not None), replayed)

@@ -197,6 +197,10 @@ async def _evaluate(run: EvaluationRun, tasks: list[EvalTask]) -> dict[str, Mode
                 model=model,
                 on_task=on_task,
                 scope=scope,
+                # A run compares rewrite modes; the model stages are measured by `manage.py
+                # evaluate --stages` (minutes of model time a task on a small server).
+                hyde=False,
+                rerank=False,
             )
     finally:
         await asyncio.gather(*writes, return_exceptions=True)

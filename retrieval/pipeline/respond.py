@@ -123,7 +123,8 @@ async def answer_turn(
         view = await lexicon({t.norm for p in context for t in token_spans(p.text)})
     text = prefix + extractive_answer(
         question=outcome.masked_question,
-        queries=[q.text for q in outcome.queries],
+        # A hypothetical answer (HyDE) is the model's guess: its words never choose a line.
+        queries=[q.text for q in outcome.queries if q.type != "hyde"],
         passages=context,
         language=language,
         rewrite=outcome.rewrite,

@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from .asks import without_asking_words
 from .dictionary import known_words
@@ -37,6 +37,14 @@ from .fusion import FusionStrategy, Hit, MergedHit, cut_passages, merge_results
 from .glossary import find_glossary_hits
 from .llm import ChatModel
 from .masking import Masker, MaskingConfig
+from .model_stages import (
+    HydeRecord,
+    HydeSettings,
+    RerankRecord,
+    RerankSettings,
+    hyde_stage,
+    rerank_stage,
+)
 from .rewrite_cache import RewriteCache, cache_key, from_state, to_state
 from .rewrite_llm import llm_policy, rewrite_with_llm
 from .rewrite_rules import POLICY_VERSION as RULES_POLICY
@@ -58,6 +66,13 @@ REWRITE_MODES: tuple[RewriteMode, ...] = ("none", "last-turn", "rules", "llm")
 
 class QueryEmbedder(Protocol):
     def embed_queries(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+@runtime_checkable
+class PassageEmbedder(Protocol):
+    """An embedder that also embeds passages: a hypothetical answer is embedded as one."""
+
+    def embed_passages(self, texts: Sequence[str]) -> list[list[float]]: ...
 
 
 @dataclass(frozen=True)
@@ -85,6 +100,9 @@ class RetrievalSettings:
     rewrite_timeout: float = 8.0
     masking: MaskingConfig = field(default_factory=MaskingConfig)
     search: SearchParams = field(default_factory=SearchParams)
+    # The optional model stages (model_stages.py): None is off, the default.
+    hyde: HydeSettings | None = None
+    rerank: RerankSettings | None = None
 
 
 @dataclass
@@ -102,6 +120,9 @@ class RetrievalOutcome:
     masker: Masker
     # The page a version, country or company-term preference put first; the answer keeps it.
     pinned: str | None = None
+    # What the optional model stages did (None: switched off).
+    hyde: HydeRecord | None = None
+    rerank: RerankRecord | None = None
 
 
 LexiconFetcher = Callable[[set[str]], LexiconView]
@@ -272,6 +293,15 @@ async def retrieve(
     timings["rewrite"] = _ms(t)
 
     queries = search_queries(rewrite, masked_question, settings.query_weights)
+    turn_language = language or detect_language(masked_question) or default_language
+    hyde: HydeRecord | None = None
+    if settings.hyde is not None:
+        t = time.perf_counter()
+        hyde = await _hyde(masked_question, rewrite, queries, turn_language, model, settings)
+        timings["hyde"] = _ms(t)
+        rewrite.notes.append(hyde.note())
+        if hyde.status == "failed":
+            errors.append(f"hyde failed: {hyde.reason}")
     # A follow-up's topic is searched alone as evidence of where the conversation is.
     probe = rewrite.topic if any(q.reading == "contextual" for q in queries) else None
     # And the last reply's words, as evidence of which documents it came from.
@@ -287,7 +317,7 @@ async def retrieve(
         errors.append("vector search off: the collection was embedded with another model")
     elif embedded and embedder is not None:
         try:
-            vectors = await asyncio.to_thread(embedder.embed_queries, embedded)
+            vectors = await asyncio.to_thread(_embed, embedder, queries)
         except Exception as exc:  # any embedder failure: fall back to full-text only below
             errors.append(f"embedding failed: {exc}")
     timings["embed"] = _ms(t)
@@ -297,9 +327,11 @@ async def retrieve(
         vectors = [[] for _ in embedded]
     vectors = vectors + [[] for _ in probes]
     hints = [q.area for q in queries] + [None for _ in probes]
+    # A hypothetical answer is searched on the vector leg alone (hyde.py says why).
+    full_text = [q.type != "hyde" for q in queries] + [True for _ in probes]
     requests = [
-        SearchRequest(text=without_asking_words(text), vector=vector, area=area)
-        for text, vector, area in zip(texts, vectors, hints, strict=True)
+        SearchRequest(text=without_asking_words(text), vector=vector, area=area, full_text=ft)
+        for text, vector, area, ft in zip(texts, vectors, hints, full_text, strict=True)
     ]
     results: list[list[Hit]] = []
     if requests:
@@ -311,7 +343,6 @@ async def retrieve(
     timings["search"] = _ms(t)
     reply_hits = results.pop() if reply else None
     topic_hits = results.pop() if probe else None
-    turn_language = language or detect_language(masked_question) or default_language
     queries, results = _decide_reading(rewrite, queries, results, topic_hits, turn_language)
     countries = turn_countries(queries, [m.text for m in window if m.role == "user"])
     if countries:
@@ -345,6 +376,14 @@ async def retrieve(
                 + ", ".join(lifted)
                 + " moved up)"
             )
+    rerank: RerankRecord | None = None
+    if settings.rerank is not None:
+        started = time.perf_counter()
+        merged, rerank = await _rerank(masked_question, rewrite, queries, merged, model, settings)
+        timings["rerank"] = _ms(started)
+        rewrite.notes.append(rerank.note())
+        if rerank.status == "kept":
+            errors.append(f"rerank failed: {rerank.reason}")
     searched_first = merged[0].hit.document_id if merged else None
     merged, version_note = prefer_current(merged, version_ask([q.text for q in queries], today))
     if version_note:
@@ -365,7 +404,8 @@ async def retrieve(
         merged, limit=settings.passages, max_per_document=settings.max_per_document
     )
     _clarify_from_evidence(rewrite, merged, turn_language)
-    timings["merge"] = _ms(t)
+    # The rerank's model call has its own line: "merge" is the fusion and the preferences.
+    timings["merge"] = round(_ms(t) - timings.get("rerank", 0.0), 2)
     return RetrievalOutcome(
         masked_question=masked_question,
         masked_window=window,
@@ -377,6 +417,81 @@ async def retrieve(
         errors=errors,
         masker=masker,
         pinned=pinned,
+        hyde=hyde,
+        rerank=rerank,
+    )
+
+
+def _embed(embedder: QueryEmbedder, queries: Sequence[SearchQuery]) -> list[list[float]]:
+    """The queries' vectors in their order: a hypothetical answer embedded as a passage."""
+    vectors = embedder.embed_queries([q.text for q in queries if q.type != "hyde"])
+    hyde = [q.text for q in queries if q.type == "hyde"]
+    if hyde:
+        as_passage = embedder.embed_passages if isinstance(embedder, PassageEmbedder) else None
+        extra = (as_passage or embedder.embed_queries)(hyde)
+    else:
+        extra = []
+    own, guessed = iter(vectors), iter(extra)
+    return [next(guessed) if q.type == "hyde" else next(own) for q in queries]
+
+
+async def _hyde(
+    question: str,
+    rewrite: RewriteResult,
+    queries: list[SearchQuery],
+    language: str | None,
+    model: ChatModel | None,
+    settings: RetrievalSettings,
+) -> HydeRecord:
+    """Add a hypothetical answer to `queries` when the turn has something to answer."""
+    reason = None
+    if model is None:
+        reason = "no model server"
+    elif not queries:
+        reason = "nothing is searched"
+    elif rewrite.needs_clarification:
+        reason = "the turn asks back"
+    elif any(q.type == "hyde" for q in queries):
+        reason = "the rewrite wrote one"
+    elif any(q.type == "decompose" for q in queries):
+        reason = "a split message: one hypothesis would mix its questions"
+    if reason is not None or model is None or settings.hyde is None:
+        return HydeRecord("skipped", reason or "off")
+    query, record = await hyde_stage(
+        question=question,
+        queries=queries,
+        language=language,
+        model=model,
+        settings=settings.hyde,
+        weight=settings.query_weights.get("hyde", 0.7),
+    )
+    if query is not None:
+        # Before the user's own words, which stay last (RetrievalOutcome.queries).
+        at = len(queries) - 1 if queries[-1].type == "original" else len(queries)
+        queries.insert(at, query)
+    return record
+
+
+async def _rerank(
+    question: str,
+    rewrite: RewriteResult,
+    queries: Sequence[SearchQuery],
+    merged: list[MergedHit],
+    model: ChatModel | None,
+    settings: RetrievalSettings,
+) -> tuple[list[MergedHit], RerankRecord]:
+    """The fused hits with the model's order on top, when the turn has candidates to order."""
+    reason = None
+    if model is None:
+        reason = "no model server"
+    elif rewrite.needs_clarification:
+        reason = "the turn asks back"
+    elif any(q.type == "decompose" for q in queries):
+        reason = "a split message: each question keeps its own best"
+    if reason is not None or model is None or settings.rerank is None:
+        return merged, RerankRecord("skipped", reason or "off")
+    return await rerank_stage(
+        question=question, queries=queries, merged=merged, model=model, settings=settings.rerank
     )
 
 

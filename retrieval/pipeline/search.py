@@ -72,6 +72,9 @@ class SearchRequest:
     text: str
     vector: Sequence[float]
     area: str | None = None
+    # False: the vector leg alone, whatever the params say (a hypothetical answer's words
+    # are the model's, not the user's: matching them word for word ranks its inventions).
+    full_text: bool = True
 
 
 @dataclass(frozen=True)
@@ -456,7 +459,9 @@ def hybrid_search(
         "limit": params.limit,
     }
     with_vector = bool(request.vector) and params.legs != "text"
-    with_text = params.legs != "vector"
+    with_text = params.legs != "vector" and request.full_text
+    if not (with_vector or with_text):
+        return []
     sql = _SQL[(with_vector, with_text, table_share >= MOST_OF_THE_TABLE)]
     if not with_vector:
         args["qvec"] = None

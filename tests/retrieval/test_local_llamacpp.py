@@ -34,7 +34,11 @@ from werkzeug import Request, Response
 
 from chatrag.dev import server as devserver
 from chatrag.dev.localmodel import BACKEND, MODEL_NAME, LocalModel, serve, unavailable_reason
+from retrieval.pipeline.fusion import Hit, MergedHit
+from retrieval.pipeline.hyde import build_hyde_messages, hyde_schema
 from retrieval.pipeline.llm import ChatMessage, LLMTimeout, OpenAIChat
+from retrieval.pipeline.model_stages import HydeSettings, RerankSettings, hyde_stage, rerank_stage
+from retrieval.pipeline.rerank import build_rerank_messages, rerank_schema
 from retrieval.pipeline.rewrite_llm import (
     FALLBACK_NOTE,
     build_rewrite_messages,
@@ -42,7 +46,13 @@ from retrieval.pipeline.rewrite_llm import (
     rewrite_with_llm,
 )
 from retrieval.pipeline.rewrite_parse import LLM_QUERY_TYPES, parse_rewrite_output, rewrite_schema
-from retrieval.pipeline.types import GlossaryEntry, HistoryMessage, RewriteInput, RewriteResult
+from retrieval.pipeline.types import (
+    GlossaryEntry,
+    HistoryMessage,
+    RewriteInput,
+    RewriteResult,
+    SearchQuery,
+)
 from retrieval.services import _chat_model
 from tests.conftest import DEMO_KB, SMALL_KB
 
@@ -303,6 +313,104 @@ def test_evaluate_rewrites_demo_turns_with_the_local_model(
     assert all(row["policy"].startswith(f"llm/{MODEL_NAME}/prompt-") for row in rows)
     assert all(row["queries"] or row["clarified"] for row in rows)
     assert "llm        overall" in out.getvalue()
+
+
+# --- the optional model stages ------------------------------------------------------------------
+
+
+def _window() -> list[MergedHit]:
+    """Four demo passages as the fused candidates (the text of each page's first section)."""
+    names = [
+        "pt/reembolso-de-despesas",
+        "pt/ferias-regras-gerais",
+        "pt/reembolso-de-despesas-prestadores-pj",
+        "pt/vale-refeicao-regra-geral",
+    ]
+    out = []
+    for number, name in enumerate(names, start=1):
+        text = (DEMO_KB / f"{name}.md").read_text(encoding="utf-8").split("---", 2)[2]
+        hit = Hit(number, number, name, name, "", text[:600], 0, "", number, number, 0.03)
+        out.append(MergedHit(hit=hit, score=1.0 / number))
+    return out
+
+
+@pytest.mark.asyncio
+async def test_a_rerank_call_completes_and_keeps_every_candidate(local_model: LocalModel) -> None:
+    window = _window()
+    messages = build_rerank_messages(
+        question="e para quem é PJ?",
+        meanings=["reembolso de despesas para prestador PJ (pessoa jurídica)"],
+        window=window,
+        passage_chars=300,
+    )
+    async with OpenAIChat(local_model.url, MODEL_NAME) as model:
+        raw = await model.complete_json(messages, rerank_schema(len(window)), timeout=SLOW)
+        ranked, record = await rerank_stage(
+            question="e para quem é PJ?",
+            queries=[SearchQuery("reembolso de despesas para prestador PJ", "expand")],
+            merged=window,
+            model=model,
+            settings=RerankSettings(candidates=4, timeout=SLOW),
+        )
+    # llama.cpp's constrained decoding holds the reply to the schema: numbers of the window.
+    data = json.loads(raw)
+    assert set(data) == {"order"} and len(data["order"]) <= len(window)
+    assert all(isinstance(n, int) and 1 <= n <= len(window) for n in data["order"])
+    # The stage ended with the model's answer (never a failure) and dropped nothing.
+    assert record.status in {"done", "kept"} and not record.reason.startswith("model ")
+    assert sorted(m.chunk_id for m in ranked) == [1, 2, 3, 4]
+    assert record.before == [1, 2, 3, 4] and sorted(record.after) == [1, 2, 3, 4]
+
+
+@pytest.mark.asyncio
+async def test_a_hyde_call_completes_within_its_schema(local_model: LocalModel) -> None:
+    settings = HydeSettings(max_chars=200, timeout=SLOW)
+    question = "quantos dias de férias eu tenho por ano?"
+    messages = build_hyde_messages(question=question, meanings=[], language="pt", max_chars=200)
+    async with OpenAIChat(local_model.url, MODEL_NAME) as model:
+        raw = await model.complete_json(messages, hyde_schema(200), timeout=SLOW)
+        query, record = await hyde_stage(
+            question=question,
+            queries=[SearchQuery(question, "normalize")],
+            language="pt",
+            model=model,
+            settings=settings,
+            weight=0.7,
+        )
+    data = json.loads(raw)
+    assert set(data) == {"passage"} and isinstance(data["passage"], str)
+    # The model answered: a hypothesis to search, or a reply the stage refused for its content.
+    if record.status == "done":
+        assert query is not None and query.type == "hyde" and len(query.text) <= 200
+    else:
+        assert query is None and record.reason.startswith("unusable reply: ")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ask_with_both_stages_runs_end_to_end(
+    local_model: LocalModel, small_kb: Any, settings: Any
+) -> None:
+    settings.CHATRAG_LLM_BACKEND = BACKEND
+    settings.CHATRAG_LLM_URL = local_model.url
+    settings.CHATRAG_LLM_MODEL = MODEL_NAME
+    settings.CHATRAG_LLM_TIMEOUT = SLOW
+    settings.CHATRAG_HYDE_TIMEOUT = SLOW
+    settings.CHATRAG_RERANK_TIMEOUT = SLOW
+    _chat_model.cache_clear()
+    out = StringIO()
+    try:
+        question = "prazo para pedir reembolso de despesas com nota fiscal"
+        args = ["--user", "ana", "--rewrite", "rules", "--rerank", "--hyde", "--json"]
+        call_command("ask", question, *args, stdout=out)
+    finally:
+        _chat_model.cache_clear()
+    data = json.loads(out.getvalue())
+    assert data["rerank"]["status"] in {"done", "kept"}
+    assert not data["rerank"]["reason"].startswith("model ")  # the model answered in time
+    assert sorted(data["rerank"]["after"]) == sorted(data["rerank"]["before"])
+    assert data["hyde"]["status"] == "done" or data["hyde"]["reason"].startswith("unusable reply")
+    assert {"hyde", "rerank"} <= set(data["timings_ms"])
+    assert data["sources"] and data["answer"]["text"]
 
 
 # --- the ways to start it ---------------------------------------------------------------------

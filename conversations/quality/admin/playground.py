@@ -66,10 +66,14 @@ class PlaygroundForm(forms.Form):
         label=gettext_lazy("A: rewrite"), choices=_REWRITES, initial="rules"
     )
     legs_a = forms.ChoiceField(label=gettext_lazy("A: search"), choices=_LEGS, initial="hybrid")
+    hyde_a = forms.BooleanField(label=gettext_lazy("A: HyDE (needs a model)"), required=False)
+    rerank_a = forms.BooleanField(label=gettext_lazy("A: rerank (needs a model)"), required=False)
     rewrite_b = forms.ChoiceField(
         label=gettext_lazy("B: rewrite"), choices=_REWRITES, initial="none"
     )
     legs_b = forms.ChoiceField(label=gettext_lazy("B: search"), choices=_LEGS, initial="hybrid")
+    hyde_b = forms.BooleanField(label=gettext_lazy("B: HyDE (needs a model)"), required=False)
+    rerank_b = forms.BooleanField(label=gettext_lazy("B: rerank (needs a model)"), required=False)
 
     def clean_history(self) -> tuple[HistoryMessage, ...]:
         try:
@@ -83,6 +87,8 @@ class PlaygroundForm(forms.Form):
             PlaygroundConfig(
                 rewrite=cast(RewriteMode, data[f"rewrite_{side}"]),
                 legs=cast(Legs, data[f"legs_{side}"]),
+                hyde=bool(data.get(f"hyde_{side}")),
+                rerank=bool(data.get(f"rerank_{side}")),
             )
             for side in ("a", "b")
         ]

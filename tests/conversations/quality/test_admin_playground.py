@@ -64,6 +64,15 @@ def test_two_configurations_side_by_side(small_kb: Any) -> None:
     assert SALARY_ID in page and SALARY_TITLE in page
 
 
+def test_each_side_may_switch_the_model_stages_on(small_kb: Any) -> None:
+    response = _post(_staff("helena"), rerank_a="on", hyde_b="on")
+    page = response.content.decode()
+    assert "A: rules · hybrid · rerank" in page and "B: none · text · hyde" in page
+    # No model server in the tests: each stage says it was skipped, and why.
+    assert page.count("rerank: skipped (no model server)") == 1
+    assert page.count("hyde: skipped (no model server)") == 1
+
+
 def test_staff_outside_the_group_never_sees_the_restricted_document(small_kb: Any) -> None:
     vera = _staff("vera")
     for legs in ("hybrid", "vector", "text"):

@@ -141,9 +141,13 @@ def test_evaluation_run_from_the_admin_completes_and_charts_every_run(
     assert _points(listing.content.decode(), "rules") == [first.pk, second.pk, third.pk]
 
 
+@pytest.mark.parametrize("stages_on", [False, True], ids=["stages-off", "stages-on-in-settings"])
 def test_evaluation_run_on_an_uploaded_tasks_file(
-    staff_client: Client, small_kb: Any, eager_celery: None
+    staff_client: Client, small_kb: Any, eager_celery: None, settings: Any, stages_on: bool
 ) -> None:
+    # A run compares rewrite modes only: the model stages switched on for the turns stay
+    # out of it (`manage.py evaluate --stages` measures them), so its rows keep their modes.
+    settings.CHATRAG_HYDE = settings.CHATRAG_RERANK = stages_on
     lines = [
         {
             "id": "t1",
@@ -178,6 +182,8 @@ def test_evaluation_run_on_an_uploaded_tasks_file(
     ).content.decode()
     assert _points(html, "rules") == [run.pk]
     assert "quantos dias de férias eu tenho por ano" in html
+    assert sorted({row["mode"] for row in run.report["rows"]}) == ["none", "rules"]
+    assert sorted(run.report["modes"]) == ["none", "rules"]
 
 
 def test_a_bad_tasks_file_or_no_cases_start_nothing(

@@ -223,9 +223,13 @@ def test_one_leg_alone_leaves_the_other_out(small_kb: Any) -> None:
     assert any(h["vector_rank"] and h["text_rank"] for h in hybrid)
 
 
-def test_rerank_says_there_is_no_stage_without_a_model_server(small_kb: Any) -> None:
-    out = _ask("quantos dias de férias eu tenho por ano?", "--rerank")
-    assert "rerank: no rerank stage without a model server" in out
+def test_the_model_stages_say_they_need_a_model_server(small_kb: Any) -> None:
+    out = _ask("quantos dias de férias eu tenho por ano?", "--rerank", "--hyde")
+    assert "note: hyde: skipped (no model server)" in out
+    assert "note: rerank: skipped (no model server)" in out
+    assert "=== Rerank" not in out
+    data = _ask_json("quantos dias de férias eu tenho por ano?", "--rerank")
+    assert data["rerank"]["status"] == "skipped" and data["hyde"] is None
 
 
 def test_small_talk_searches_nothing_and_shows_no_sources(small_kb: Any) -> None:
@@ -285,7 +289,6 @@ def test_llm_rewrite_gets_todays_date_and_records_its_policy(
             _history_file(tmp_path, HISTORY),
             "--rewrite",
             "llm",
-            "--rerank",
         )
     finally:
         _chat_model.cache_clear()
@@ -295,5 +298,5 @@ def test_llm_rewrite_gets_todays_date_and_records_its_policy(
     assert data["rewrite"]["policy"] == llm_policy("test-model")
     assert data["queries"][0]["reason"].startswith("model: ")
     assert data["answer"] == {"text": "Só se o contrato prever [1].", "kind": "model"}
-    assert data["rerank"].startswith("no rerank stage yet")
+    assert data["rerank"] is None  # off unless asked (the stages' own tests ask)
     httpserver.check_assertions()

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from conversations.quality.datasets import EvaluationInputError, history_parse
 from conversations.quality.playground import PlaygroundConfig, PlaygroundRun, playground_run
-from retrieval.pipeline.retrieve import REWRITE_MODES, RewriteMode
+from retrieval.pipeline.retrieve import REWRITE_MODES, RetrievalSettings, RewriteMode
 from retrieval.pipeline.search import Legs
 from retrieval.pipeline.types import HistoryMessage
 
@@ -40,7 +40,16 @@ class Command(BaseCommand):
             "--rewrite", choices=REWRITE_MODES, help="default: what a turn uses (settings)"
         )
         parser.add_argument("--legs", choices=LEGS, default="hybrid")
-        parser.add_argument("--rerank", action="store_true")
+        parser.add_argument(
+            "--rerank",
+            action="store_true",
+            help="the model orders the best fused passages (default: CHATRAG_RERANK)",
+        )
+        parser.add_argument(
+            "--hyde",
+            action="store_true",
+            help="also search a hypothetical answer, vector leg only (default: CHATRAG_HYDE)",
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -61,10 +70,12 @@ class Command(BaseCommand):
             reader = User.objects.filter(username=options["user"], is_active=True).first()
             if reader is None:
                 raise CommandError(f"no active user {options['user']!r}")
+        turn = _turn_settings()
         config = PlaygroundConfig(
-            rewrite=cast(RewriteMode, options["rewrite"] or _turn_mode()),
+            rewrite=cast(RewriteMode, options["rewrite"] or turn.mode),
             legs=cast(Legs, options["legs"]),
-            rerank=bool(options["rerank"]),
+            rerank=bool(options["rerank"]) or turn.rerank is not None,
+            hyde=bool(options["hyde"]) or turn.hyde is not None,
         )
         (run,) = playground_run(question=question, history=history, reader=reader, configs=[config])
         if options["json"]:
@@ -73,10 +84,11 @@ class Command(BaseCommand):
             self.stdout.write(render_text(run))
 
 
-def _turn_mode() -> RewriteMode:
+def _turn_settings() -> RetrievalSettings:
+    """What a turn would use: its rewrite mode, and the model stages switched on."""
     from retrieval.services import retrieval_settings
 
-    return retrieval_settings().mode
+    return retrieval_settings()
 
 
 def _rank(value: object) -> str:
@@ -130,8 +142,9 @@ def render_text(run: PlaygroundRun) -> str:
         lines.append(f"  rewrite error: {rewrite['error']}")
     for error in data["errors"]:
         lines.append(f"  error: {error}")
-    if data["rerank"]:
-        lines.append(f"  rerank: {data['rerank']}")
+    for stage in ("hyde", "rerank"):
+        if data[stage] and data[stage]["note"] not in rewrite["notes"]:
+            lines.append(f"  {data[stage]['note']}")
 
     for query in data["queries"]:
         lines += ["", f"=== q{query['n']} {query['type']} (w {query['weight']:g}): {query['text']}"]
@@ -145,6 +158,14 @@ def render_text(run: PlaygroundRun) -> str:
             lines.append(
                 f"  {hit['rank']:>4}  {_rank(hit['vector_rank']):>3}  {_rank(hit['text_rank']):>3}"
                 f"  {hit['score']:.6f}  {hit['fused']:.6f} {star} {hit['document']}{section}"
+            )
+    if data["reranked"]:
+        lines += ["", f"=== Rerank ({data['rerank']['model']}): the top {len(data['reranked'])}"]
+        lines.append("  rank  fused rank  document · section")
+        for item in data["reranked"]:
+            section = f" · {item['section']}" if item["section"] else ""
+            lines.append(
+                f"  {item['rank']:>4}  {item['fused_rank']:>10}  {item['document']}{section}"
             )
     lines += ["", "=== Sources ==="]
     if not data["sources_shown"]:

@@ -16,7 +16,7 @@ from conversations.quality.datasets import (
     glossary_load,
     tasks_load,
 )
-from conversations.quality.evaluate import ModeReport, evaluate_mode
+from conversations.quality.evaluate import STAGES, ModeReport, evaluate_mode
 from retrieval.embeddings import get_embedder
 from retrieval.pipeline.retrieve import REWRITE_MODES, RewriteMode
 from retrieval.services import chat_model
@@ -34,6 +34,23 @@ def _modes(raw: str) -> list[RewriteMode]:
     return modes
 
 
+def _stage_sets(raw: str | None) -> list[tuple[bool, bool] | None]:
+    """`--stages none,rerank,hyde+rerank` as (hyde, rerank) pairs; None: as the settings say."""
+    if raw is None:
+        return [None]
+    sets: list[tuple[bool, bool] | None] = []
+    for item in raw.split(","):
+        names = {n.strip() for n in item.split("+") if n.strip()} - {"none"}
+        unknown = sorted(names - set(STAGES))
+        if unknown or not item.strip():
+            raise CommandError(
+                f"unknown stage {', '.join(unknown) or repr(item)}: give sets like "
+                "none,rerank,hyde,hyde+rerank"
+            )
+        sets.append(("hyde" in names, "rerank" in names))
+    return sets
+
+
 class Command(BaseCommand):
     help = (
         "Measure recall@k, MRR@10 and nDCG@10 on judged conversations, with and without rewriting."
@@ -46,6 +63,11 @@ class Command(BaseCommand):
         parser.add_argument("--lang", choices=["pt", "es", "en"])
         parser.add_argument("--k", default="5,10")
         parser.add_argument("--rewrite", default="none,last-turn,rules")
+        parser.add_argument(
+            "--stages",
+            help="optional model stages to measure, one set per report: none, hyde, rerank, "
+            "hyde+rerank (comma-separated; default: as CHATRAG_HYDE and CHATRAG_RERANK say)",
+        )
         parser.add_argument("--json", type=Path, dest="json_path")
         parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N tasks")
         parser.add_argument("--quiet", action="store_true")
@@ -66,6 +88,7 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError("--k takes numbers like 5,10") from exc
         modes = _modes(options["rewrite"])
+        stage_sets = _stage_sets(options["stages"])
         quiet = options["quiet"]
         try:
             tasks = tasks_load(options["tasks"])
@@ -105,24 +128,34 @@ class Command(BaseCommand):
             self.stdout.write(
                 "llm: no model server configured (CHATRAG_LLM_BACKEND): rules used instead"
             )
+        if model is None and any(s and any(s) for s in stage_sets):
+            self.stdout.write(
+                "stages: no model server configured (CHATRAG_LLM_BACKEND): hyde and rerank "
+                "are skipped (each turn's row says so)"
+            )
 
         async def run_all() -> dict[str, ModeReport]:
             # One event loop for every mode: the model's HTTP client lives in it.
             out: dict[str, ModeReport] = {}
             for mode in modes:
-                bar = tqdm(total=len(tasks), desc=mode, unit="task", disable=quiet, leave=False)
-                out[mode] = await evaluate_mode(
-                    tasks=tasks,
-                    collection=loaded.collection,
-                    mode=mode,
-                    ks=ks,
-                    language=options["lang"],
-                    model=model,
-                    on_task=bar.update,
-                    answers=options["answers"],
-                    corpus_idf=options["corpus_idf"],
-                )
-                bar.close()
+                for stages in stage_sets:
+                    hyde, rerank = stages if stages is not None else (None, None)
+                    bar = tqdm(total=len(tasks), desc=mode, unit="task", disable=quiet, leave=False)
+                    report = await evaluate_mode(
+                        tasks=tasks,
+                        collection=loaded.collection,
+                        mode=mode,
+                        ks=ks,
+                        language=options["lang"],
+                        model=model,
+                        on_task=bar.update,
+                        answers=options["answers"],
+                        corpus_idf=options["corpus_idf"],
+                        hyde=hyde,
+                        rerank=rerank,
+                    )
+                    out[report.mode] = report
+                    bar.close()
             return out
 
         reports = asyncio.run(run_all())
@@ -145,7 +178,8 @@ def _pct(value: float | None) -> str:
 def render_table(reports: dict[str, ModeReport], ks: list[int]) -> str:
     """Per mode: retrieval per category and language, then decisions, terms and answers."""
     cols = [f"R@{k}" for k in ks] + ["MRR@10", "nDCG@10"]
-    head = f"{'mode':<10} {'group':<16} {'n':>4} " + " ".join(f"{c:>8}" for c in cols)
+    w = max([10, *(len(mode) for mode in reports)])  # "rules+hyde+rerank" is longer
+    head = f"{'mode':<{w}} {'group':<16} {'n':>4} " + " ".join(f"{c:>8}" for c in cols)
     lines = [head + f" {'exp.terms':>9} {'no-leak':>8}"]
     for mode, report in reports.items():
         summary = report.summary()
@@ -165,11 +199,11 @@ def render_table(reports: dict[str, ModeReport], ks: list[int]) -> str:
                 cells += (
                     f" {_pct(t['forbidden']['task_pass'] if t['forbidden']['tasks'] else None):>8}"
                 )
-            lines.append(f"{mode:<10} {name[:16]:<16} {m['n']:>4} {cells}")
+            lines.append(f"{mode:<{w}} {name[:16]:<16} {m['n']:>4} {cells}")
         clar = summary["clarification"]
         ns = summary["no_search"]
         lines.append(
-            f"{mode:<10} clarification precision {clar['precision']:.2f} recall "
+            f"{mode:<{w}} clarification precision {clar['precision']:.2f} recall "
             f"{clar['recall']:.2f} (asked {clar['asked']}, expected {clar['expected']}); "
             f"small talk unsearched {_pct(ns['accuracy'])} of {ns['n']} "
             f"(searched {ns['small_talk_searched']}); false no-search {ns['false_no_search']}"
@@ -180,20 +214,20 @@ def render_table(reports: dict[str, ModeReport], ks: list[int]) -> str:
             a_groups += sorted(answers["by_category"].items())
             a_groups += [(f"lang {k}", v) for k, v in sorted(answers["by_language"].items())]
             lines.append(
-                f"{mode:<10} {'answers':<16} {'n':>4} {'facts':>6} {'fact-R':>7} "
+                f"{mode:<{w}} {'answers':<16} {'n':>4} {'facts':>6} {'fact-R':>7} "
                 f"{'task-R':>7} {'words':>6} {'tok-R':>6}"
             )
             for name, a in a_groups:
                 if not a["n"] and a["token_recall"] is None:
                     continue
                 lines.append(
-                    f"{mode:<10} {name[:16]:<16} {a['n']:>4} {a['facts']:>6} "
+                    f"{mode:<{w}} {name[:16]:<16} {a['n']:>4} {a['facts']:>6} "
                     f"{a['fact_recall']:>7.3f} {a['task_pass']:>7.3f} "
                     f"{a['median_words']:>6.0f} {_pct(a['token_recall']):>6}"
                 )
         lat = summary["latency_ms"]
         lines.append(
-            f"{mode:<10} latency "
+            f"{mode:<{w}} latency "
             + ", ".join(f"{s} p50 {v['p50']:.1f}/p95 {v['p95']:.1f} ms" for s, v in lat.items())
         )
     return "\n".join(lines)
