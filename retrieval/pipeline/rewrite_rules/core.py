@@ -129,7 +129,9 @@ def lexicon_words(inp: RewriteInput) -> set[str]:
     words: dict[str, None] = {}
     for text in [inp.question, *users, reply]:
         for term in make_turn(text, stopwords).terms:
-            for word in (term, *word_parts(term)):
+            # A country's other names too: added to a query only where the corpus has them.
+            others = [w for v in place_variants(term) for w in normalize(v).split()]
+            for word in (term, *word_parts(term), *others):
                 if len(words) >= LEXICON_LIMIT:
                     return set(words)
                 words[word] = None
@@ -388,13 +390,24 @@ def _used_as_term(tokens: list[Token], index: int) -> bool:
     return index > 0 and tokens[index - 1].norm in _TERM_BEFORE
 
 
-def _with_place_names(text: str) -> str:
-    """Name a country in the other languages too: "no Uruguai" -> "no Uruguai (Uruguay)"."""
+def _with_place_names(text: str, stats: Stats) -> str:
+    """Name a country in the other languages too: "no Uruguai" -> "no Uruguai (Uruguay)".
+
+    Only names the corpus has: an English collection gains nothing from "Alemanha
+    Alemania" beside "East Germany", and the words pulled its queries off.
+    """
     tokens = token_spans(text)
     present = {t.norm for t in tokens}
+    df = stats.lexicon.df
+
+    def known(name: str) -> bool:
+        return not stats.available or all(df.get(w) for w in normalize(name).split())
+
     insertions: list[tuple[int, str]] = []
     for token in tokens:
-        missing = [v for v in place_variants(token.norm) if normalize(v) not in present]
+        missing = [
+            v for v in place_variants(token.norm) if normalize(v) not in present and known(v)
+        ]
         if missing:
             insertions.append((token.end, f" ({' '.join(missing)})"))
             present.update(normalize(v) for v in missing)
@@ -410,7 +423,7 @@ def _add_query(
     seen: set[str],
     reading: Reading | None = None,
 ) -> None:
-    text = _with_place_names(clean_query(text, ctx.stats, ctx.protected, ctx.stopwords))
+    text = _with_place_names(clean_query(text, ctx.stats, ctx.protected, ctx.stopwords), ctx.stats)
     hits = _glossary_senses(ctx, text)
     expanded = expand_with_glossary(text, hits)
     if expanded != text and query_type == "normalize":

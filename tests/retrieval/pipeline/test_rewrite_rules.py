@@ -489,6 +489,17 @@ def test_a_question_of_quantity_after_a_preposition_is_a_second_question() -> No
     assert not any(q.type == "decompose" for q in rewrite("qual o prazo e para quem é PJ?").queries)
 
 
+def test_a_country_is_named_in_the_other_languages_only_where_the_corpus_has_them() -> None:
+    # This corpus writes "Espanha" and "España", never "Spain".
+    both = lexicon_from([*CORPUS, "Na Espanha as férias são de 22 dias úteis."])
+    spanish = texts(rewrite("quantos dias de férias tenho na Espanha?", lexicon=both))[0]
+    assert "España" in spanish and "Spain" not in spanish
+    # An English collection gained "(Alemanha Alemania)" beside "East Germany".
+    english = lexicon_from(["Germany was reunified in 1990.", "The wall came down in 1989."])
+    result = rewrite("Who was running East Germany when the wall came down?", lexicon=english)
+    assert all("Alemanha" not in q.text and "Alemania" not in q.text for q in result.queries)
+
+
 def test_a_place_of_several_words_is_kept_as_no_ones_name() -> None:
     result = rewrite("vou pra Buenos Aires a trabalho, quanto é a diária?")
     assert all("Buenos Aires" in q.text for q in result.queries)
