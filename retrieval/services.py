@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
@@ -28,7 +28,6 @@ from retrieval.pipeline.rewrite_cache import RewriteCache
 from retrieval.pipeline.search import (
     READABLE_CHUNKS_SQL,
     SPELLING_SIMILARITY,
-    Reader,
     Scope,
     SearchEngine,
     SearchParams,
@@ -247,11 +246,34 @@ def default_language() -> str:
     return settings.CHATRAG_DEFAULT_LANGUAGE
 
 
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class _KeptAMinute(Generic[K, V]):
+    """Aggregates over a collection's documents, kept a minute in each process: they change
+    only when documents are ingested, and counting them on every turn grows with them."""
+
+    MAX_AGE_S = 60.0
+
+    def __init__(self) -> None:
+        self._values: dict[K, tuple[float, V]] = {}
+
+    def get(self, key: K, compute: Callable[[], V]) -> V:
+        kept = self._values.get(key)
+        if kept is not None and time.monotonic() - kept[0] < self.MAX_AGE_S:
+            return kept[1]
+        value = compute()
+        self._values[key] = (time.monotonic(), value)
+        return value
+
+    def clear(self) -> None:
+        self._values.clear()
+
+
 # Counting every document's language took 21 ms of each turn at 13k documents (the benchmark's
-# 100k chunks, on a busy machine) and grows with them; it changes only when documents are
-# ingested, so each process keeps it for a minute.
-_LANGUAGE_MAX_AGE_S = 60.0
-_languages: dict[tuple[int, str], tuple[float, str]] = {}
+# 100k chunks, on a busy machine) and grows with them.
+_languages: _KeptAMinute[tuple[int, str], str] = _KeptAMinute()
 
 
 def collection_language(*, collection: Collection) -> str:
@@ -259,25 +281,22 @@ def collection_language(*, collection: Collection) -> str:
 
     A turn too short to tell its own language ("node data") is read in it.
     """
-    key = (collection.id, default_language())
-    cached = _languages.get(key)
-    if cached is not None and time.monotonic() - cached[0] < _LANGUAGE_MAX_AGE_S:
-        return cached[1]
-    row = (
-        Document.objects.filter(collection=collection)
-        .values("language")
-        .annotate(n=Count("id"))
-        .order_by("-n")
-        .first()
-    )
-    language = str(row["language"]) if row else ""
-    if language not in LANGUAGES:
-        language = default_language()
-    _languages[key] = (time.monotonic(), language)
-    return language
+
+    def count() -> str:
+        row = (
+            Document.objects.filter(collection=collection)
+            .values("language")
+            .annotate(n=Count("id"))
+            .order_by("-n")
+            .first()
+        )
+        language = str(row["language"]) if row else ""
+        return language if language in LANGUAGES else default_language()
+
+    return _languages.get((collection.id, default_language()), count)
 
 
-_areas: dict[tuple[int, tuple[int, ...], bool], tuple[float, tuple[str, ...]]] = {}
+_areas: _KeptAMinute[Scope, tuple[str, ...]] = _KeptAMinute()
 
 
 def collection_areas(*, scope: Scope) -> tuple[str, ...]:
@@ -287,17 +306,15 @@ def collection_areas(*, scope: Scope) -> tuple[str, ...]:
     documents have is not one the reader can name, nor learn of from the trace. Kept a minute
     per process, like the collection's language.
     """
-    key = (scope.collection_id, scope.group_ids, scope.see_everything)
-    cached = _areas.get(key)
-    if cached is not None and time.monotonic() - cached[0] < _LANGUAGE_MAX_AGE_S:
-        return cached[1]
-    reader = Reader(group_ids=scope.group_ids, everything=scope.see_everything)
-    documents = documents_readable_by(
-        reader, Document.objects.filter(collection_id=scope.collection_id).exclude(area="")
-    )
-    areas = tuple(sorted(set(documents.values_list("area", flat=True))))
-    _areas[key] = (time.monotonic(), areas)
-    return areas
+
+    def read() -> tuple[str, ...]:
+        documents = documents_readable_by(
+            scope.reader,
+            Document.objects.filter(collection_id=scope.collection_id).exclude(area=""),
+        )
+        return tuple(sorted(set(documents.values_list("area", flat=True))))
+
+    return _areas.get(scope, read)
 
 
 def default_collection() -> Collection:

@@ -206,8 +206,8 @@ CUE_WORDS = frozenset(
 # A period, as a noun or an adjective ("o limite mensal", "el tope anual"): it says how a
 # figure is counted, not what it is about.
 PERIOD_WORDS = frozenset(
-    "dia dias semana semanas mes meses ano anos diario diaria semanal mensal anual "
-    "ano anos mensual diarios day days week weeks month months year years daily weekly "
+    "dia dias semana semanas mes meses ano anos diario diaria diarios semanal mensal anual "
+    "mensual day days week weeks month months year years daily weekly "
     "monthly yearly annual".split()
 )
 
