@@ -28,7 +28,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .asks import CUE_WORDS
+from .asks import CUE_WORDS, names_no_topic
 from .fusion import Hit, MergedHit
 from .text import content_terms, normalize, stem, token_spans
 from .types import SearchQuery
@@ -384,3 +384,37 @@ def clarification_question(options: Sequence[str], language: str | None) -> str:
     names = list(options)
     listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + last + names[-1]
     return template.format(listed)
+
+
+def _title_head(title: str) -> str:
+    """A title's subject, before its dash or parenthesis: "Assistência médica — dependentes"
+    -> "assistencia medica"."""
+    return normalize(re.split(r"\s+[—–-]\s+|\s*\(", title)[0]).strip()
+
+
+def reply_named_documents(
+    question: str, reply: str | None, titles: Sequence[str], topic: str | None = None
+) -> list[str]:
+    """The found pages a follow-up cannot choose between because the last reply named
+    each of them and the turn only asks how much, when or how: "quanto custa por mês?"
+    after "inclua-o na assistência médica e na assistência odontológica". [] otherwise.
+
+    A page is named when the reply says its title's subject (the title before its dash);
+    the turn asks only when none of its content words names a topic (asks.names_no_topic),
+    and the conversation's own topic (its user's words) names none of the pages either."""
+    if not reply:
+        return []
+    if any(not names_no_topic(w) for w in content_terms(question)):
+        return []
+    said = " ".join(normalize(reply).split())
+    named: dict[str, str] = {}
+    for title in titles:
+        head = _title_head(title)
+        if len(head) >= 4 and re.search(rf"\b{re.escape(head)}\b", said):
+            named.setdefault(head, title)
+    if len(named) < 2:
+        return []
+    asked = " ".join(normalize(topic or "").split())
+    if any(re.search(rf"\b{re.escape(head)}\b", asked) for head in named):
+        return []
+    return list(named.values())[:3]

@@ -22,6 +22,7 @@ from .evidence import (
     choose_reading,
     clarification_question,
     favour_reply_documents,
+    reply_named_documents,
     reply_probe,
 )
 from .filters import (
@@ -167,6 +168,36 @@ def search_queries(
     if not original.strip() or any(normalize(q.text) == normalize(original) for q in queries):
         return queries
     return [*queries, SearchQuery(original, "original", weight=weights.get("original", 0.5))]
+
+
+REPLY_OPTION_PAGES = 8  # found pages whose titles the last reply may have named
+
+
+def _clarify_from_reply(
+    rewrite: RewriteResult,
+    queries: Sequence[SearchQuery],
+    merged: Sequence[MergedHit],
+    window: Sequence[HistoryMessage],
+    question: str,
+    language: str | None,
+) -> None:
+    """Ask which one, naming them, when a follow-up that only asks how much or when comes
+    after a reply that named two or more found pages (evidence.reply_named_documents)."""
+    if rewrite.needs_clarification or not any(q.reading == "contextual" for q in queries):
+        return
+    reply = next((m.text for m in reversed(window) if m.role == "assistant"), None)
+    titles = list(dict.fromkeys(item.hit.title.strip() for item in merged if item.hit.title))
+    options = reply_named_documents(question, reply, titles[:REPLY_OPTION_PAGES], rewrite.topic)
+    if options:
+        rewrite.needs_clarification = True
+        rewrite.clarify_reason = "siblings"
+        rewrite.clarification = Clarification(
+            clarification_question(options, language), tuple(options)
+        )
+        rewrite.notes.append(
+            "evidence: the turn only asks how much or when, and the last reply named "
+            + "; ".join(options)
+        )
 
 
 def _clarify_from_evidence(
@@ -403,6 +434,7 @@ async def retrieve(
     passages = cut_passages(
         merged, limit=settings.passages, max_per_document=settings.max_per_document
     )
+    _clarify_from_reply(rewrite, queries, merged, window, masked_question, turn_language)
     _clarify_from_evidence(rewrite, merged, turn_language)
     # The rerank's model call has its own line: "merge" is the fusion and the preferences.
     timings["merge"] = round(_ms(t) - timings.get("rerank", 0.0), 2)

@@ -99,3 +99,53 @@ def test_evaluation_rows_record_the_policy() -> None:
     task = EvalTask(id="t", history=(), question="q", relevant=frozenset({"pt/x"}))
     row = task_row(task=task, outcome=_retrieve("rules"), mode="rules", ks=[5], depth=10)
     assert row["policy"] == POLICY_VERSION
+
+
+class PlansFound:
+    """Every search finds the health plan's and the dental plan's pages."""
+
+    def search_many(
+        self, requests: Sequence[SearchRequest], scope: Scope, params: SearchParams
+    ) -> list[list[Hit]]:
+        pages = [
+            ("saude", "Assistência médica — inclusão de dependentes", "mensalidade do titular"),
+            ("odonto", "Assistência odontológica — dependentes", "mensalidade por pessoa"),
+        ]
+        return [
+            [
+                Hit(i, i, doc, title, "", text, 0, "", i, i, 0.1 / i)
+                for i, (doc, title, text) in enumerate(pages, 1)
+            ]
+            for _ in requests
+        ]
+
+
+def test_a_turn_that_only_asks_after_a_reply_naming_two_found_pages_is_asked_back() -> None:
+    """The turn's trace and clarification name the pages the last reply named."""
+    outcome = asyncio.run(
+        retrieve(
+            question="quanto custa por mês?",
+            history=[
+                HistoryMessage("user", "meu filho nasceu ontem, o que eu preciso fazer?"),
+                HistoryMessage(
+                    "assistant",
+                    "Inclua-o como dependente na assistência médica e na assistência "
+                    "odontológica em até 30 dias.",
+                ),
+            ],
+            glossary=[],
+            scope=Scope(collection_id=1),
+            engine=PlansFound(),  # type: ignore[arg-type]
+            embedder=None,
+            lexicon=lambda words: LexiconView(),
+            settings=RetrievalSettings(mode="rules"),
+        )
+    )
+    rewrite = outcome.rewrite
+    assert rewrite.needs_clarification and rewrite.clarify_reason == "siblings"
+    assert rewrite.clarification is not None
+    assert rewrite.clarification.options == (
+        "Assistência médica — inclusão de dependentes",
+        "Assistência odontológica — dependentes",
+    )
+    assert any("the last reply named" in note for note in rewrite.notes)

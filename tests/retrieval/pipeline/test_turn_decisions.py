@@ -14,6 +14,7 @@ from retrieval.pipeline.evidence import (
     choose_reading,
     clarification_question,
     favour_reply_documents,
+    reply_named_documents,
     reply_probe,
 )
 from retrieval.pipeline.fusion import Hit, MergedHit
@@ -529,3 +530,24 @@ def test_a_best_page_titled_as_the_general_rule_answers_a_short_question() -> No
     assert ambiguous_documents(["dias", "ferias"], titles) == []
     # The same siblings with no general page first still split.
     assert ambiguous_documents(["dias", "ferias"], titles[1:] + titles[:1]) != []
+
+
+def test_a_turn_that_only_asks_after_a_reply_naming_two_pages_asks_which() -> None:
+    """ "quanto custa por mês?" after a reply that named the health and the dental plan: which
+    one? Not when the turn, or the conversation's own topic, names one, nor when the reply
+    named only one page."""
+    reply = (
+        "Você pode incluí-lo como dependente na assistência médica e na assistência "
+        "odontológica em até 30 dias."
+    )
+    titles = [
+        "Assistência médica — inclusão de dependentes",
+        "Assistência odontológica — dependentes",
+        "Auxílio-creche",
+    ]
+    assert reply_named_documents("quanto custa por mês?", reply, titles, "filho") == titles[:2]
+    assert reply_named_documents("quanto custa o odonto por mês?", reply, titles, "filho") == []
+    assert reply_named_documents("quanto custa por mês?", reply, titles, "assistência médica") == []
+    one = "Você pode incluí-lo na assistência médica em até 30 dias."
+    assert reply_named_documents("quanto custa por mês?", one, titles, "filho") == []
+    assert reply_named_documents("quanto custa por mês?", None, titles) == []
