@@ -172,7 +172,7 @@ def test_the_live_rewrite_frame_and_the_stored_trace_agree(
 ) -> None:
     """The browser's live [rewrite] block, the chat page after a reload and the staff
     timeline show one turn alike (no personal data here: live queries are unmasked)."""
-    question = "qual o valr do VR no home?"
+    question = "qual o valr do VR no home? e como peço o VA?"
     conversation = conversation_create(user=personas["ana"])
     message = message_store_user(conversation=conversation, text=question)
     frames: list[dict[str, Any]] = []

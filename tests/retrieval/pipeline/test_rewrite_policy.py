@@ -14,12 +14,18 @@ from typing import Any
 
 from retrieval.pipeline.fusion import Hit
 from retrieval.pipeline.llm import LLMHTTPError
-from retrieval.pipeline.retrieve import RetrievalOutcome, RetrievalSettings, RewriteMode, retrieve
+from retrieval.pipeline.retrieve import (
+    RetrievalOutcome,
+    RetrievalSettings,
+    RewriteMode,
+    retrieve,
+    search_queries,
+)
 from retrieval.pipeline.rewrite_llm import PROMPT_PATH, llm_policy, prompt_digest
 from retrieval.pipeline.rewrite_parse import rewrite_schema
 from retrieval.pipeline.rewrite_rules import POLICY_VERSION
 from retrieval.pipeline.search import Scope, SearchParams, SearchRequest
-from retrieval.pipeline.types import HistoryMessage, LexiconView
+from retrieval.pipeline.types import HistoryMessage, LexiconView, RewriteResult, SearchQuery
 from tests.fakes import FakeChat
 
 TODAY = date(2025, 3, 14)
@@ -149,3 +155,28 @@ def test_a_turn_that_only_asks_after_a_reply_naming_two_found_pages_is_asked_bac
         "Assistência odontológica — dependentes",
     )
     assert any("the last reply named" in note for note in rewrite.notes)
+
+
+def test_the_users_own_words_are_searched_only_where_they_can_count() -> None:
+    """The safety-net query (the user's words as typed) is left out where it can only cost
+    an embedding and a search: beside a follow-up read with its topic only (the evidence
+    never keeps it there), and beside a query that is those words with the glossary's
+    expansions added. A spelling fix or a second reading keeps it."""
+    weights = {"original": 0.5}
+
+    def searched(*queries: SearchQuery, original: str) -> list[str]:
+        rewrite = RewriteResult(queries=list(queries), backend="rules")
+        return [q.type for q in search_queries(rewrite, original, weights)]
+
+    contextual = SearchQuery("plano de saúde para quem é PJ", "expand", reading="contextual")
+    assert searched(contextual, original="e para quem é PJ?") == ["expand"]
+    standalone = SearchQuery("para quem é PJ", "normalize", reading="standalone")
+    assert searched(contextual, standalone, original="e para quem é PJ?") == [
+        "expand",
+        "normalize",
+        "original",
+    ]
+    expanded = SearchQuery("a PLR (participação nos lucros) paga quando?", "expand")
+    assert searched(expanded, original="a PLR paga quando?") == ["expand"]
+    corrected = SearchQuery("como peço reembolso", "normalize")
+    assert searched(corrected, original="como pesso reenbolso") == ["normalize", "original"]
