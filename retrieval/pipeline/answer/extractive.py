@@ -398,9 +398,17 @@ def _subject(question: str, language: str, kind: AnswerKind | None) -> str:
     ]
     if not keep:
         return ""
-    first, last = tokens[keep[0]], tokens[keep[-1]]
-    span = question[first.start : last.end].strip()
-    return span[:80]
+    # A long question's subject ends at its last kept word within SUBJECT_CHARS, never
+    # inside a word ("... para quem está em t:").
+    first = tokens[keep[0]]
+    end = max(
+        (tokens[i].end for i in keep if tokens[i].end - first.start <= SUBJECT_CHARS),
+        default=first.end,
+    )
+    return question[first.start : end].strip()
+
+
+SUBJECT_CHARS = 80
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")

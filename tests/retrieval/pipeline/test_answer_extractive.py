@@ -791,3 +791,19 @@ def test_a_condition_is_read_in_the_pages_language() -> None:
     assert _states("condition", "no se acumula", "es")
     assert _states("condition", "el trabajador puede sumar a su conyuge", "es")
     assert _states("condition", "only employees are eligible", "en")
+
+
+def test_a_long_questions_opening_line_ends_at_a_whole_word() -> None:
+    """The subject of a long question is cut at its last word that fits, not inside one
+    ("... para quem está em t:")."""
+    question = (
+        "Qual é o prazo para devolver os equipamentos da Cooperativa após o desligamento, "
+        "para quem está em trabalho remoto integral?"
+    )
+    line = opening_line(question, "pt", "duration", "Devolução de equipamentos")
+    subject = line.removeprefix("Sobre o prazo — ").removesuffix(":")
+    assert subject.startswith("devolver os equipamentos")
+    assert len(subject) <= 80
+    assert question.find(subject) >= 0
+    following = question[question.find(subject) + len(subject) :]
+    assert following[:1] in {" ", ",", "?"}  # the subject ends where a word ends
