@@ -44,6 +44,9 @@ _CUE_PHRASES: tuple[tuple[AnswerKind, tuple[str, ...]], ...] = (
             "what date",
             "vencimento",
             "vence",
+            # how far ahead: "com quanta antecedência", "con cuánta anticipación"
+            "antecedencia",
+            "anticipacion",
             # a count of days, weeks or months is a duration, not an amount of money
             "quantos dias",
             "qntos dias",

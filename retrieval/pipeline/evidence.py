@@ -386,35 +386,52 @@ def clarification_question(options: Sequence[str], language: str | None) -> str:
     return template.format(listed)
 
 
-def _title_head(title: str) -> str:
-    """A title's subject, before its dash or parenthesis: "Assistência médica — dependentes"
-    -> "assistencia medica"."""
-    return normalize(re.split(r"\s+[—–-]\s+|\s*\(", title)[0]).strip()
+_HEAD_END = frozenset({"e", "y", "and"})
+HEAD_WORDS = 2  # the words of a title's subject that a reply must say to name the page
+
+
+def _head_stems(title: str, language: str) -> frozenset[str]:
+    """The stems of a title's subject: its first content words before the dash, the
+    parenthesis or an "e"/"y"/"and" ("Licencia anual y salario vacacional" -> licencia
+    anual; "Viáticos para viajes de trabajo" -> viáticos, viajes; a compound counts its
+    parts)."""
+    head = re.split(r"\s+[—–-]\s+|\s*\(", title)[0]
+    words: list[str] = []
+    for token in token_spans(head):
+        if token.norm in _HEAD_END:
+            break
+        words += [part for part in token.norm.split("-") if part]
+    kept = set(content_terms(" ".join(words), language))
+    content = [w for w in words if w in kept]
+    return frozenset(stem(w, language) for w in content[:HEAD_WORDS])
 
 
 def reply_named_documents(
-    question: str, reply: str | None, titles: Sequence[str], topic: str | None = None
+    question: str,
+    reply: str | None,
+    titles: Sequence[str],
+    topic: str | None = None,
+    language: str | None = None,
 ) -> list[str]:
     """The found pages a follow-up cannot choose between because the last reply named
     each of them and the turn only asks how much, when or how: "quanto custa por mês?"
     after "inclua-o na assistência médica e na assistência odontológica". [] otherwise.
 
-    A page is named when the reply says its title's subject (the title before its dash);
-    the turn asks only when none of its content words names a topic (asks.names_no_topic),
-    and the conversation's own topic (its user's words) names none of the pages either."""
+    A page is named when the reply says its title's subject (_head_stems); the turn asks
+    only when none of its content words names a topic (asks.names_no_topic), and the
+    conversation's own topic (its user's words) names none of the pages either."""
     if not reply:
         return []
     if any(not names_no_topic(w) for w in content_terms(question)):
         return []
-    said = " ".join(normalize(reply).split())
-    named: dict[str, str] = {}
+    lang = language or "pt"
+    said = frozenset(stem(t.norm, lang) for t in token_spans(reply.replace("-", " ")))
+    asked = frozenset(stem(t.norm, lang) for t in token_spans((topic or "").replace("-", " ")))
+    named: dict[frozenset[str], str] = {}
     for title in titles:
-        head = _title_head(title)
-        if len(head) >= 4 and re.search(rf"\b{re.escape(head)}\b", said):
+        head = _head_stems(title, lang)
+        if head and head <= said:
             named.setdefault(head, title)
-    if len(named) < 2:
-        return []
-    asked = " ".join(normalize(topic or "").split())
-    if any(re.search(rf"\b{re.escape(head)}\b", asked) for head in named):
+    if len(named) < 2 or any(head <= asked for head in named):
         return []
     return list(named.values())[:3]

@@ -198,17 +198,21 @@ def _clarify_from_reply(
     rewrite: RewriteResult,
     queries: Sequence[SearchQuery],
     merged: Sequence[MergedHit],
+    reply_hits: Sequence[Hit],
     window: Sequence[HistoryMessage],
     question: str,
     language: str | None,
 ) -> None:
     """Ask which one, naming them, when a follow-up that only asks how much or when comes
-    after a reply that named two or more found pages (evidence.reply_named_documents)."""
+    after a reply that named two or more pages (evidence.reply_named_documents): pages the
+    turn found, or that the reply's own words find (the reply probe)."""
     if rewrite.needs_clarification or not any(q.reading == "contextual" for q in queries):
         return
     reply = next((m.text for m in reversed(window) if m.role == "assistant"), None)
-    titles = list(dict.fromkeys(item.hit.title.strip() for item in merged if item.hit.title))
-    options = reply_named_documents(question, reply, titles[:REPLY_OPTION_PAGES], rewrite.topic)
+    found = [item.hit.title for item in merged[:REPLY_OPTION_PAGES]]
+    found += [hit.title for hit in reply_hits[:REPLY_OPTION_PAGES]]
+    titles = list(dict.fromkeys(t.strip() for t in found if t.strip()))
+    options = reply_named_documents(question, reply, titles, rewrite.topic, language)
     if options:
         rewrite.needs_clarification = True
         rewrite.clarify_reason = "siblings"
@@ -455,7 +459,9 @@ async def retrieve(
     passages = cut_passages(
         merged, limit=settings.passages, max_per_document=settings.max_per_document
     )
-    _clarify_from_reply(rewrite, queries, merged, window, masked_question, turn_language)
+    _clarify_from_reply(
+        rewrite, queries, merged, reply_hits or [], window, masked_question, turn_language
+    )
     _clarify_from_evidence(rewrite, merged, turn_language)
     # The rerank's model call has its own line: "merge" is the fusion and the preferences.
     timings["merge"] = round(_ms(t) - timings.get("rerank", 0.0), 2)

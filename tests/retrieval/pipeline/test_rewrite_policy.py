@@ -108,7 +108,8 @@ def test_evaluation_rows_record_the_policy() -> None:
 
 
 class PlansFound:
-    """Every search finds the health plan's and the dental plan's pages."""
+    """The turn's searches find the health plan's page; the last reply's own words (the
+    reply probe: "inclua", "odontologica" ...) find the dental plan's page too."""
 
     def search_many(
         self, requests: Sequence[SearchRequest], scope: Scope, params: SearchParams
@@ -117,17 +118,16 @@ class PlansFound:
             ("saude", "Assistência médica — inclusão de dependentes", "mensalidade do titular"),
             ("odonto", "Assistência odontológica — dependentes", "mensalidade por pessoa"),
         ]
-        return [
-            [
-                Hit(i, i, doc, title, "", text, 0, "", i, i, 0.1 / i)
-                for i, (doc, title, text) in enumerate(pages, 1)
-            ]
-            for _ in requests
+        hits = [
+            Hit(i, i, doc, title, "", text, 0, "", i, i, 0.1 / i)
+            for i, (doc, title, text) in enumerate(pages, 1)
         ]
+        return [hits if "odontologica" in r.text else hits[:1] for r in requests]
 
 
 def test_a_turn_that_only_asks_after_a_reply_naming_two_found_pages_is_asked_back() -> None:
-    """The turn's trace and clarification name the pages the last reply named."""
+    """The turn's trace and clarification name the pages the last reply named, the one the
+    turn's own searches missed included."""
     outcome = asyncio.run(
         retrieve(
             question="quanto custa por mês?",

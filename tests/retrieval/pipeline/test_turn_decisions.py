@@ -551,3 +551,20 @@ def test_a_turn_that_only_asks_after_a_reply_naming_two_pages_asks_which() -> No
     one = "Você pode incluí-lo na assistência médica em até 30 dias."
     assert reply_named_documents("quanto custa por mês?", one, titles, "filho") == []
     assert reply_named_documents("quanto custa por mês?", None, titles) == []
+
+
+def test_a_reply_names_a_page_by_its_subjects_words_in_any_form() -> None:
+    """ "viático" names "Viáticos para viajes de trabajo", "licencia anual" names "Licencia
+    anual y salario vacacional"; "con cuánta anticipación" only asks how far ahead."""
+    reply = (
+        "Para el viaje de trabajo te corresponde un viático de US$ 60 por día; los días "
+        "personales los pedís como licencia anual en el portal."
+    )
+    titles = [
+        "Licencia anual y salario vacacional — Uruguay",
+        "Viáticos para viajes de trabajo — Uruguay",
+        "Día libre por cumpleaños — Uruguay",
+    ]
+    question = "con cuánta anticipación lo tengo que pedir?"
+    topic = "viajar a Brasil trabajo vacaciones"
+    assert reply_named_documents(question, reply, titles, topic, "es") == titles[:2]
