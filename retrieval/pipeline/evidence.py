@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 from .asks import CUE_WORDS, names_no_topic
 from .fusion import Hit, MergedHit
-from .text import content_terms, normalize, stem, token_spans
+from .text import content_terms, normalize, stem, title_subject, token_spans
 from .types import SearchQuery
 
 # A leg's rank that counts as "found it confidently".
@@ -395,9 +395,8 @@ def _head_stems(title: str, language: str) -> frozenset[str]:
     parenthesis or an "e"/"y"/"and" ("Licencia anual y salario vacacional" -> licencia
     anual; "Viáticos para viajes de trabajo" -> viáticos, viajes; a compound counts its
     parts)."""
-    head = re.split(r"\s+[—–-]\s+|\s*\(", title)[0]
     words: list[str] = []
-    for token in token_spans(head):
+    for token in token_spans(title_subject(title)):
         if token.norm in _HEAD_END:
             break
         words += [part for part in token.norm.split("-") if part]
@@ -425,8 +424,11 @@ def reply_named_documents(
     if any(not names_no_topic(w) for w in content_terms(question)):
         return []
     lang = language or "pt"
-    said = frozenset(stem(t.norm, lang) for t in token_spans(reply.replace("-", " ")))
-    asked = frozenset(stem(t.norm, lang) for t in token_spans((topic or "").replace("-", " ")))
+
+    def stems(text: str) -> frozenset[str]:  # a compound's parts as words of their own
+        return frozenset(stem(t.norm, lang) for t in token_spans(text.replace("-", " ")))
+
+    said, asked = stems(reply), stems(topic or "")
     named: dict[frozenset[str], str] = {}
     for title in titles:
         head = _head_stems(title, lang)

@@ -184,14 +184,14 @@ def search_queries(
     return [*queries, SearchQuery(original, "original", weight=weights.get("original", 0.5))]
 
 
-REPLY_OPTION_PAGES = 8  # found pages whose titles the last reply may have named
-
-
-_EXPANSIONS = re.compile(r"\s*\([^()]*\)")
+_EXPANSIONS = re.compile(r"\s*\([^()]*\)")  # a glossary expansion beside its term
 
 
 def _words(text: str) -> list[str]:
     return [t.norm for t in token_spans(text)]
+
+
+REPLY_OPTION_PAGES = 8  # found pages whose titles the last reply may have named
 
 
 def _clarify_from_reply(
@@ -214,15 +214,8 @@ def _clarify_from_reply(
     titles = list(dict.fromkeys(t.strip() for t in found if t.strip()))
     options = reply_named_documents(question, reply, titles, rewrite.topic, language)
     if options:
-        rewrite.needs_clarification = True
-        rewrite.clarify_reason = "siblings"
-        rewrite.clarification = Clarification(
-            clarification_question(options, language), tuple(options)
-        )
-        rewrite.notes.append(
-            "evidence: the turn only asks how much or when, and the last reply named "
-            + "; ".join(options)
-        )
+        why = "the turn only asks how much or when, and the last reply named"
+        _ask_which(rewrite, options, language, why)
 
 
 def _clarify_from_evidence(
@@ -263,12 +256,17 @@ def _clarify_from_evidence(
     if language and options and len(same) < len(offered):
         options = same if len(same) >= 2 else []
     if options:
-        rewrite.needs_clarification = True
-        rewrite.clarify_reason = "siblings"
-        rewrite.clarification = Clarification(
-            clarification_question(options, language), tuple(options)
-        )
-        rewrite.notes.append("evidence: the question's readings split across " + "; ".join(options))
+        _ask_which(rewrite, options, language, "the question's readings split across")
+
+
+def _ask_which(
+    rewrite: RewriteResult, options: Sequence[str], language: str | None, why: str
+) -> None:
+    """Ask back which of the sibling pages `options` is meant, and say why in the trace."""
+    rewrite.needs_clarification = True
+    rewrite.clarify_reason = "siblings"
+    rewrite.clarification = Clarification(clarification_question(options, language), tuple(options))
+    rewrite.notes.append(f"evidence: {why} " + "; ".join(options))
 
 
 def _decide_reading(

@@ -79,6 +79,15 @@ def token_spans(s: str) -> list[Token]:
     return tokens
 
 
+_TITLE_SUBJECT_END = re.compile(r"\s+[—–-]\s+|\s*\(")
+
+
+def title_subject(title: str) -> str:
+    """A page title's subject, before its dash or parenthesis: "Assistência médica —
+    dependentes" -> "Assistência médica"."""
+    return _TITLE_SUBJECT_END.split(title)[0].strip()
+
+
 def tokenize(s: str) -> list[str]:
     """Return the word tokens of `s` in their surface form ("13º", "e-mail", "VR")."""
     return [t.text for t in token_spans(s)]

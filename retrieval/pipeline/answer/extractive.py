@@ -37,6 +37,7 @@ from ..text import (
     normalize,
     stem,
     stopwords_for,
+    title_subject,
     token_spans,
 )
 from ..types import HistoryMessage, RewriteResult
@@ -382,6 +383,9 @@ def _score(
     return overlap * prior * (0.85 if words > 45 else 1.0)
 
 
+SUBJECT_CHARS = 80  # the longest subject an opening line repeats
+
+
 def _subject(question: str, language: str, kind: AnswerKind | None) -> str:
     """The person's own words, trimmed of cue words and small words at both ends (and of
     an opening "mudando de assunto,")."""
@@ -406,9 +410,6 @@ def _subject(question: str, language: str, kind: AnswerKind | None) -> str:
         default=first.end,
     )
     return question[first.start : end].strip()
-
-
-SUBJECT_CHARS = 80
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -447,7 +448,7 @@ def opening_line(
         subject = _subject(question, lang, kind)
     if len(subject.split()) < 2:
         # A short follow-up ("e pros estagiários?"): name the document it was answered from.
-        head = re.split(r"\s+[—–-]\s+|\s*\(", title)[0].strip()
+        head = title_subject(title)
         subject = f"{subject} ({head})" if subject and head else subject or head
     if not subject:
         return _FOUND[lang]
