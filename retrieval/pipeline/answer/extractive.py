@@ -14,6 +14,8 @@ How a line is chosen:
   the first document does not have (two topics in one message), so a sibling's rules are
   never mixed in; each part of a message the rewrite split answers from the document its
   own query ranked first;
+- a page that sends the reader to another shown page for what is asked ("as regras de perda
+  estão em política específica") yields to that page when it fits nearly as well;
 - the steps of a numbered procedure stay together with their numbers; the most direct line
   comes first.
 """
@@ -23,7 +25,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -147,6 +149,7 @@ _FOUND: dict[str, str] = {
 
 # Tuning, measured with `manage.py evaluate --answers` on ptes-dev and the demo tasks.
 SWITCH_RATIO = 1.1  # another document leads only when it fits this much better
+REFER_RATIO = 0.75  # a page the answering page sends the reader to, when it fits this well
 TOP_LINES = 2  # a document's fit is the mean of its best lines
 KEEP_RATIO = 0.5  # a line scoring under half the best one is filler
 MAX_LINES = 4
@@ -656,6 +659,19 @@ def _choose(
         and _says_own_words(by_document[challenger], terms)
     ):
         primary = challenger
+    # The answering page sends the reader to another shown page for what is asked ("as
+    # regras de perda estão em política específica"): that page answers when it fits
+    # nearly as well and says a word of the question itself.
+    own = {t for t, w in terms.items() if w >= 1.0}
+    target = _referred(lines, primary, language, {id(line): s for s, line in every}, own)
+    if (
+        target is not None
+        and target in fit
+        and fit[target] >= REFER_RATIO * fit[primary]
+        and speaks[target] >= speaks[primary]
+        and _says_own_words(by_document[target], terms)
+    ):
+        primary = target
     chosen = _pick(by_document[primary], best_score, limit=limit)
     chosen = _with_asked_kind(chosen, every, primary, kind, limit)
     primary_text = set().union(
@@ -678,6 +694,77 @@ def _choose(
         chosen += extra
         missing -= {st for _, line in extra for st in line.stems}
     return _with_steps(chosen, lines, kind)
+
+
+# A line that sends the reader to another page ("As regras de perda ... estão em política
+# específica", "aplica-se a política de devolução de equipamentos", 'veja os valores em
+# "Viagens internacionais"', '(ver "Registro de jornada")'), matched on normalised text.
+_PAGE = r"(?:politica|norma|regulamento|pagina|policy|page)s?"
+_POINTER = re.compile(
+    rf"\b{_PAGE}\b[^;]*\b(?:especifica|propria|correspondiente|specific)s?\b"
+    rf"|\b(?:ver|veja|vea|vease|consulte|see)\b[^;]{{0,40}}(?:[\"“«']|\b{_PAGE}\b)"
+    r"|\b(?:estao|esta|seguem?|aplica-se|se aplica|se rigen?|regulad[ao]|descrit[oa]s|constam?|"
+    rf"previst[ao]|conforme|segun|follows?|governed by|covered by)\b[^;]*\b{_PAGE}\b"
+)
+# The words of a pointer that name no page ("as regras ... seguem a política específica").
+_POINTER_WORDS = frozenset(
+    normalize(
+        "politica politicas norma normas regulamento pagina paginas policy page pages especifica "
+        "especificas propria correspondiente specific regra regras regla reglas rules ver veja "
+        "vea vease consulte see segue seguem sigue siguen aplica rige rigen regulada regulado "
+        "descritos descritas constam consta prevista previsto conforme segun valores"
+    ).split()
+)
+
+
+def _clauses(line: _Line) -> list[tuple[str, bool]]:
+    """A line's clauses (split at ";"), each with whether it sends the reader elsewhere."""
+    return [(c, bool(_POINTER.search(normalize(c)))) for c in line.text.split(";")]
+
+
+def _referred(
+    lines: Sequence[_Line],
+    document: str,
+    language: str,
+    scored: Mapping[int, float],
+    own: Set[str],
+) -> str | None:
+    """The shown page that `document`'s lines send the reader to for what is asked.
+
+    A pointer ("as regras de perda estão em política específica") names a page by words of
+    its title. It counts when the words it shares with that title (beyond the sending
+    page's own title) hold a word of the question that the sending page says nowhere else
+    ("perdi" on the card's usage page, which speaks of losing a card only in its pointer to
+    "Cartão corporativo — perda, uso indevido ..."). With several pages named, the one whose
+    title the pointer says most of; a tie names none."""
+    titles = {_document(line.passage): line.passage.title for line in lines}
+    own_title = _stems(titles.get(document, ""), language)
+    others = {d: _stems(t, language) - own_title for d, t in titles.items() if d != document}
+    mine = [line for line in lines if _document(line.passage) == document]
+    says = set().union(
+        *(_stems(c, language) for line in mine for c, points in _clauses(line) if not points)
+    )
+    asked = set(own) - says
+    stop = stopwords_for(language)
+    named: dict[str, int] = {}
+    for line in mine:
+        if scored.get(id(line), 0.0) <= 0:
+            continue
+        for clause, points in _clauses(line):
+            if not points:
+                continue
+            words = {
+                stem(t.text, language)
+                for t in token_spans(clause)
+                if is_content_word(t.norm, stop) and t.norm not in _POINTER_WORDS
+            }
+            for other, title in others.items():
+                shared = words & title
+                if shared & asked:
+                    named[other] = max(named.get(other, 0), len(shared))
+    most = max(named.values(), default=0)
+    winners = [d for d, n in named.items() if n == most]
+    return winners[0] if len(winners) == 1 else None
 
 
 # Kinds whose answer is a figure the line must state: a date or duration, an amount.

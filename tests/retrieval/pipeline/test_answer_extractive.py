@@ -807,3 +807,63 @@ def test_a_long_questions_opening_line_ends_at_a_whole_word() -> None:
     assert question.find(subject) >= 0
     following = question[question.find(subject) + len(subject) :]
     assert following[:1] in {" ", ",", "?"}  # the subject ends where a word ends
+
+
+CARD_USE = Passage(
+    1,
+    "Cartão corporativo — concessão e uso",
+    "",
+    "O cartão corporativo é fornecido a quem viaja a serviço com frequência. "
+    "As despesas de viagem devem ser conciliadas no sistema até o dia 5 do mês seguinte; "
+    "despesas não conciliadas levam ao bloqueio temporário do cartão. "
+    "As regras de perda, roubo e cancelamento estão em política específica.",
+    document="cartao-uso",
+)
+CARD_LOSS = Passage(
+    2,
+    "Cartão corporativo — perda, roubo e cancelamento",
+    "",
+    "Em caso de perda ou roubo, inclusive em viagem, o portador pede o bloqueio do cartão "
+    "pelo aplicativo do emissor e abre chamado para a Tesouraria em até 24 horas. "
+    "Compras feitas depois do aviso de perda não são cobradas do portador.",
+    document="cartao-perda",
+)
+
+
+def test_a_page_that_sends_the_reader_elsewhere_for_what_is_asked_yields_to_that_page() -> None:
+    """The search put the card's usage page first; it speaks of losing a card only to say
+    that another page has those rules. That page, shown too, answers."""
+    text = _answer("perdi o cartão corporativo numa viagem, como bloqueio?", CARD_USE, CARD_LOSS)
+    body = text.split("\n\n", 1)[1]
+    assert body.lstrip("- ").startswith("Em caso de perda ou roubo")
+    assert "aplicativo do emissor" in body
+    assert "conciliadas no sistema" not in body
+
+
+def test_a_pointer_to_a_page_about_something_not_asked_keeps_the_answer() -> None:
+    """The daycare page sends the reader to the disability allowance's page for children
+    with a disability ("... sem limite de idade"): asked up to what age the daycare
+    allowance goes, the daycare page still answers."""
+    daycare = Passage(
+        1,
+        "Auxílio-creche",
+        "",
+        "A empresa paga auxílio-creche a quem tem filhos de até cinco anos e 11 meses de "
+        "idade, no valor de até R$ 600,00 por mês. "
+        "Para filhos com deficiência, aplica-se a política de auxílio a dependentes com "
+        "deficiência, sem limite de idade.",
+        document="creche",
+    )
+    disability = Passage(
+        2,
+        "Auxílio a dependentes com deficiência",
+        "",
+        "Quem tem filhos com deficiência, de qualquer idade, recebe auxílio mensal de "
+        "R$ 900,00 por dependente. "
+        "O auxílio é pago em folha, sem comprovação mensal, e não tem limite de idade.",
+        document="deficiencia",
+    )
+    text = _answer("auxílio creche até que idade?", daycare, disability)
+    body = text.split("\n\n", 1)[1]
+    assert "cinco anos e 11 meses" in body
+    assert "R$ 900,00" not in body
