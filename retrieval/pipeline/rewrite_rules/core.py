@@ -21,7 +21,12 @@ from retrieval.pipeline.rewrite_rules.context import (
     points_back,
     topic_swap,
 )
-from retrieval.pipeline.rewrite_rules.cues import FACETS, is_hypothetical, refers_to_start
+from retrieval.pipeline.rewrite_rules.cues import (
+    FACETS,
+    is_hypothetical,
+    names_what_it_defines,
+    refers_to_start,
+)
 from retrieval.pipeline.rewrite_rules.lexicon import (
     COMMON,
     STRONG,
@@ -558,6 +563,12 @@ def _add_readings(
     """
     standalone = part.text.strip()
     contextual = query
+    if not carried and names_what_it_defines(part.tokens, ctx.lang):
+        # "what are VPC clusters?" after worker nodes names what it asks about: the
+        # conversation's words would only pull its own pages up.
+        ctx.result.notes.append("asks what a thing it names in full is: kept as asked")
+        _add_query(ctx, query, "normalize", seen)
+        return
     if not carried:
         plan = _plan(ctx, part, Dependency("weak", "implicit"), users)
         if not plan.carried:

@@ -422,3 +422,30 @@ def refers_to_start(tokens: Sequence[Token]) -> bool:
         for p in _START_PHRASES
         for i in range(len(words) - len(p) + 1)
     )
+
+
+# "What are VPC clusters?", "what is an account?", "Explain Spark.": English asks what a
+# thing is by naming it; "the" ("what is the limit?") or a pronoun points back instead.
+_DEFINITION_STARTS = (("what", "is"), ("what", "are"), ("explain",), ("define",))
+_DEFINITION_OPENERS = _set("so and ok okay then but")
+_POINTING_WORDS = _set(
+    "the this that these those it its they them their there here such other others another "
+    "same which all some any more each both either former latter he she his her him"
+)
+
+
+def names_what_it_defines(tokens: Sequence[Token], lang: str | None) -> bool:
+    """Whether an English turn asks what something is and names that thing in full: "what
+    are VPC clusters?" asks about VPC clusters whatever came before; "what is the
+    difference?" or "what is it?" asks about the conversation's subject. Portuguese and
+    Spanish put an article before any noun, so only English says this by its words."""
+    if lang != "en":
+        return False
+    words = [t.norm for t in tokens]
+    while words and words[0] in _DEFINITION_OPENERS:
+        words = words[1:]
+    for start in _DEFINITION_STARTS:
+        if tuple(words[: len(start)]) == start:
+            subject = words[len(start) :]
+            return bool(subject) and not any(w in _POINTING_WORDS for w in subject)
+    return False

@@ -552,3 +552,19 @@ def test_an_ellipsis_after_only_a_reply_carries_from_it_without_failing() -> Non
     )
     result = rewrite_with_rules(inp, LEXICON)
     assert result.queries and "VR" in result.queries[0].text
+
+
+def test_an_english_question_that_names_what_it_asks_to_define_is_not_read_with_the_topic() -> None:
+    """'what are VPC clusters?' after worker nodes (MTRAG cloud) asks about what it names: the
+    conversation's words pulled the worker-node pages up and the clusters' page down.
+    'What is the per diem?' asks of the conversation's subject and is still read with it."""
+    history = (
+        "how do contractors invoice their travel expenses?",
+        "Contractors invoice their travel expenses monthly.",
+    )
+    named = rewrite("what are annual bonuses for remote employees?", *history, language="en")
+    assert [q.text for q in named.queries] == ["what are annual bonuses for remote employees?"]
+    assert not any(q.reading == "contextual" for q in named.queries)
+    pointing = rewrite("what is the per diem?", *history, language="en")
+    contextual = [q.text for q in pointing.queries if q.reading == "contextual"]
+    assert contextual and "contractors" in contextual[0].casefold()
