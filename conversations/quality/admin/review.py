@@ -436,13 +436,16 @@ class TurnTraceAdmin(
                     user=_staff(request),
                     history_documents=window_documents(question=trace.message),
                 )
-                traces_mark_reviewed(
-                    traces=TurnTrace.objects.filter(pk=trace.pk), user=_staff(request)
-                )
-                messages.success(
-                    request,
-                    _("Evaluation case %(id)s saved; the turn is reviewed.") % {"id": case.pk},
-                )
+                # Saving a case needs its own permission; marking the turn reviewed needs the
+                # change permission on turns, like every other review state change.
+                if can_review(request):
+                    traces_mark_reviewed(
+                        traces=TurnTrace.objects.filter(pk=trace.pk), user=_staff(request)
+                    )
+                    saved = _("Evaluation case %(id)s saved; the turn is reviewed.")
+                else:
+                    saved = _("Evaluation case %(id)s saved; the turn stays open for review.")
+                messages.success(request, saved % {"id": case.pk})
                 return HttpResponseRedirect(
                     reverse("admin:quality_evalcase_change", args=[case.pk])
                 )

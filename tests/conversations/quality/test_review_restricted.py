@@ -283,6 +283,27 @@ def test_mark_documents_offers_only_documents_the_staff_member_may_read(
     assert SALARY_FACT not in str(case.history) and PLACEHOLDER_PASSAGE in str(case.history)
 
 
+def test_saving_a_case_marks_the_turn_reviewed_only_with_the_change_permission(
+    talk: Talk, vera: User, documents: dict[str, Document]
+) -> None:
+    """The audit's finding: staff who may add evaluation cases but not change turns marked
+    a turn reviewed through "mark the right documents". The case is saved; the turn stays
+    open until someone with the change permission reviews it."""
+    vera.user_permissions.add(Permission.objects.get(codename="add_evalcase"))
+    client = Client()
+    client.force_login(vera)
+    url = reverse("admin:conversations_turntrace_mark_documents", args=[talk.follow_up.pk])
+    data = {"question": "e as férias?", "category": "follow-up", "retrieved": [PUBLIC_ID]}
+    assert client.post(url, data).status_code == 302
+    assert EvalCase.objects.count() == 1
+    assert TurnTrace.objects.get(pk=talk.follow_up.pk).reviewed_at is None
+    vera.user_permissions.add(Permission.objects.get(codename="change_turntrace"))
+    vera = User.objects.get(pk=vera.pk)  # permissions are cached on the instance
+    client.force_login(vera)
+    assert client.post(url, data).status_code == 302
+    assert TurnTrace.objects.get(pk=talk.follow_up.pk).reviewed_at is not None
+
+
 # --- the knowledge-base admin -----------------------------------------------------------------
 
 
