@@ -662,7 +662,7 @@ def _choose(
     # The answering page sends the reader to another shown page for what is asked ("as
     # regras de perda estão em política específica"): that page answers when it fits
     # nearly as well and says a word of the question itself.
-    own = {t for t, w in terms.items() if w >= 1.0}
+    own = _own_terms(terms)
     target = _referred(lines, primary, language, {id(line): s for s, line in every}, own)
     if (
         target is not None
@@ -679,7 +679,7 @@ def _choose(
         *(context[id(p)] for p in passages if _document(p) == primary),
     )
     # Words that say what kind of answer is wanted ("pedir", "quanto") name no topic.
-    missing = {t for t, w in terms.items() if w >= 1.0} - primary_text - _cue_stems(language)
+    missing = set(own) - primary_text - _cue_stems(language)
     for document, items in sorted(by_document.items(), key=lambda kv: -best_of[kv[0]]):
         if document == primary or not missing or len(chosen) >= limit:
             continue
@@ -740,17 +740,17 @@ def _referred(
     titles = {_document(line.passage): line.passage.title for line in lines}
     own_title = _stems(titles.get(document, ""), language)
     others = {d: _stems(t, language) - own_title for d, t in titles.items() if d != document}
-    mine = [line for line in lines if _document(line.passage) == document]
+    mine = {id(line): _clauses(line) for line in lines if _document(line.passage) == document}
     says = set().union(
-        *(_stems(c, language) for line in mine for c, points in _clauses(line) if not points)
+        *(_stems(c, language) for clauses in mine.values() for c, points in clauses if not points)
     )
     asked = set(own) - says
     stop = stopwords_for(language)
     named: dict[str, int] = {}
-    for line in mine:
-        if scored.get(id(line), 0.0) <= 0:
+    for key, clauses in mine.items():
+        if scored.get(key, 0.0) <= 0:
             continue
-        for clause, points in _clauses(line):
+        for clause, points in clauses:
             if not points:
                 continue
             words = {
@@ -800,10 +800,15 @@ def _with_asked_kind(
     return [best, *chosen[: max(0, limit - 1)]]
 
 
+def _own_terms(terms: Mapping[str, float]) -> frozenset[str]:
+    """The question's own words: those the person wrote, not carried nor expanded."""
+    return frozenset(t for t, w in terms.items() if w >= 1.0)
+
+
 def _says_own_words(items: Sequence[tuple[float, _Line]], terms: Mapping[str, float]) -> bool:
     """Whether a document's lines say a word of the question itself (not a carried one);
     a question with no word of its own (all carried) counts as said."""
-    own = {t for t, w in terms.items() if w >= 1.0}
+    own = _own_terms(terms)
     return not own or any(own & line.stems for _, line in items)
 
 
