@@ -329,6 +329,52 @@ async def test_restricted_document_reaches_only_its_group(
     await rita.disconnect()
 
 
+# "dossiê" is said only by this restricted page (rh-restrito) in the whole demo.
+RESTRICTED_WORD_DOC = "pt/medidas-disciplinares-procedimento-interno"
+
+
+@pytest.fixture
+def kb_with_restricted_word(small_kb: Any) -> Any:
+    """The small knowledge base plus the restricted page that alone says "dossiê"."""
+    from retrieval.embeddings import get_embedder
+    from retrieval.ingestion.services import documents_ingest, source_from_file
+    from tests.conftest import DEMO_KB, RESTRICTED
+
+    source = source_from_file(DEMO_KB / f"{RESTRICTED_WORD_DOC}.md", root=DEMO_KB)
+    report = documents_ingest(
+        collection=small_kb, sources=[source], embedder=get_embedder(), total=1
+    )
+    assert not report.errors, report.errors
+    restricted = Document.objects.get(external_id=RESTRICTED_WORD_DOC)
+    assert [g.name for g in restricted.groups.all()] == [RESTRICTED]
+    return small_kb
+
+
+async def test_spelling_corrections_never_name_a_restricted_word(
+    kb_with_restricted_word: Any, personas: dict[str, Any]
+) -> None:
+    """The attack of issue 14 (finding 1), over the socket: a plain employee misspells a
+    word that only a restricted page says and reads the `rewrite` frame's corrections; a
+    correction to it would tell that the restricted page exists and what it says."""
+    question = "onde fica guardado o dosie de apuração?"
+
+    # The group member first: the statistics kept between turns are per reader.
+    rita = await _connected(personas["rita"])
+    frames = await _ask(rita, question)
+    await rita.disconnect()
+    rewrite = next(f for f in frames if f["type"] == "rewrite")
+    assert rewrite["corrections"] == {"dosie": "dossie"}, rewrite
+
+    for name in ("ana", "carlos"):
+        communicator = await _connected(personas[name])
+        frames = await _ask(communicator, question)
+        await communicator.disconnect()
+        rewrite = next(f for f in frames if f["type"] == "rewrite")
+        assert "dosie" not in rewrite["corrections"], (name, rewrite)
+        said = json.dumps(frames, ensure_ascii=False).casefold()
+        assert "dossie" not in said and "dossiê" not in said, (name, said)
+
+
 async def test_rate_limit_refuses_messages_over_the_limit(
     personas: dict[str, Any], settings: Any
 ) -> None:
