@@ -122,6 +122,30 @@ def test_the_fidelity_sample_rate_is_read_from_the_environment() -> None:
     assert _probe({"CHATRAG_FIDELITY_SAMPLE_RATE": ""}, code).stdout.strip() == "0.02"
 
 
+PARSE_LIMIT_PROBE = (
+    "import django; django.setup(); from django.conf import settings as s; "
+    "from retrieval.ingestion.services import parse_limits; "
+    "print(s.CHATRAG_PARSE_SECONDS, parse_limits().seconds)"
+)
+
+
+@pytest.mark.parametrize("server", ["debug", "production"])
+def test_the_parse_time_limit_is_ten_seconds_unless_set_and_ingestion_applies_it(
+    monkeypatch: pytest.MonkeyPatch, server: str
+) -> None:
+    """Issue 14's target: every upload under 1 MB parsed or refused within 10 s of worker
+    time. The setting's default is that bound, and it is the limit the ingestion applies
+    (the parsers' own default is 10 s too: the override tells the two apart)."""
+    monkeypatch.delenv("CHATRAG_PARSE_SECONDS", raising=False)
+    env = PRODUCTION if server == "production" else {}
+    done = _probe(env, PARSE_LIMIT_PROBE)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["10.0", "10.0"]
+    done = _probe({**env, "CHATRAG_PARSE_SECONDS": "2.5"}, PARSE_LIMIT_PROBE)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["2.5", "2.5"]
+
+
 # --- security settings, as a production server loads them ---------------------------------------
 
 SECURITY_SETTINGS = [
