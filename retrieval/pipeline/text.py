@@ -259,6 +259,11 @@ def _stemmer(language: str) -> snowballstemmer.BaseStemmer:
     return snowballstemmer.stemmer(_STEMMERS.get(language, "portuguese"))
 
 
+_PLURAL_FOLD = frozenset({"pt", "es"})
+# A plural's final "s", not that of "mais", "bônus", "país" or "classe".
+_BARE_PLURAL = re.compile(r"[^siu]s$")
+
+
 @lru_cache(maxsize=65536)
 def stem(word: str, language: str) -> str:
     """The language's Snowball stem ("agendo", "agendamento" -> "agend"), accents off, then
@@ -267,7 +272,13 @@ def stem(word: str, language: str) -> str:
     word = word.casefold()
     if word.isdigit() or len(word) <= 3:
         return normalize(word)
+    if language == "pt" and word.endswith("ns"):
+        word = word[:-2] + "m"  # "viagens" / "viagem", "bens" / "bem"
     root = normalize(str(_stemmer(language).stemWord(word)))
+    if language in _PLURAL_FOLD and root == normalize(word) and _BARE_PLURAL.search(root):
+        # Snowball leaves a short plural whole ("voos", "dias", "anos", "extras"): it
+        # meets its singular without the "s".
+        root = normalize(str(_stemmer(language).stemWord(word[:-1])))
     if language == "es":
         # A stressed Spanish o/e becomes ue/ie ("descontar" / "descuenta", "pedir" /
         # "pide", "perder" / "pierde"): both forms meet at the plain vowel.

@@ -363,6 +363,35 @@ def test_stems_join_inflections_in_each_language_and_ignore_missing_accents() ->
     assert stem("pierde", "es") == stem("perder", "es")
 
 
+def test_short_plurals_meet_their_singular_where_snowball_leaves_them_whole() -> None:
+    from retrieval.pipeline.text import stem
+
+    # Portuguese and Spanish Snowball leave short plurals whole ("voos", "dias", "extras").
+    for singular, plural in (("voo", "voos"), ("dia", "dias"), ("extra", "extras")):
+        assert stem(plural, "pt") == stem(singular, "pt"), plural
+    assert stem("anos", "pt") == stem("ano", "pt")
+    assert stem("días", "es") == stem("día", "es")
+    assert stem("viagens", "pt") == stem("viagem", "pt")  # Portuguese -ns / -m
+    # A final "s" that is no plural's stays: "mais" is not "maio", "bônus" is whole.
+    assert stem("mais", "pt") != stem("maio", "pt")
+    assert stem("bônus", "pt") == "bonus"
+    # English's stemmer folds plurals itself.
+    assert stem("flights", "en") == stem("flight", "en")
+
+
+def test_a_line_in_the_plural_answers_a_question_in_the_singular() -> None:
+    travel = Passage(
+        1,
+        "Viagens nacionais",
+        "Jornada em viagem",
+        "O tempo em deslocamento durante a jornada conta como trabalho. "
+        "Voos fora do horário normal devem ser lançados no banco de horas, com aprovação.",
+        document="viagens",
+    )
+    text = _answer("hora de voo conta?", travel)
+    assert text.split("\n\n", 1)[1].lstrip("- ").startswith("Voos fora do horário"), text
+
+
 def test_each_part_of_a_split_message_answers_from_its_own_searchs_best_document() -> None:
     day_off = Passage(
         1,
