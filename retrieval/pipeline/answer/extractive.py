@@ -175,6 +175,7 @@ class _Line:
     step: int | None = None  # the number of a numbered step
     block: int = -1  # numbered steps of one list share a block
     lead: int = -1  # a list item: the order of the line ending in ":" that introduces it
+    joined: bool = False  # a sentence that goes on the previous line's paragraph
 
 
 @lru_cache(maxsize=4)
@@ -201,7 +202,7 @@ def _lines(passage: Passage, rank: int, language: str) -> list[_Line]:
 
     lead = -1  # the order of the last line that ends in ":", while its list goes on
 
-    def add(text: str, step: int | None = None, item: bool = False) -> None:
+    def add(text: str, step: int | None = None, item: bool = False, joined: bool = False) -> None:
         nonlocal order, lead
         text = _plain(text)
         if len(text) < 12 and step is None and not item:
@@ -209,7 +210,15 @@ def _lines(passage: Passage, rank: int, language: str) -> list[_Line]:
         of = lead if item else -1
         out.append(
             _Line(
-                passage, rank, order, text, _stems(text, language), step, block if step else -1, of
+                passage,
+                rank,
+                order,
+                text,
+                _stems(text, language),
+                step,
+                block if step else -1,
+                of,
+                joined,
             )
         )
         if not item:
@@ -247,8 +256,8 @@ def _lines(passage: Passage, rank: int, language: str) -> list[_Line]:
             continue
         lead = -1
         body = item.group(1) if item else line
-        for sentence in _SENTENCE.split(body):
-            add(sentence)
+        for i, sentence in enumerate(_SENTENCE.split(body)):
+            add(sentence, joined=i > 0)
     return out
 
 
@@ -693,7 +702,40 @@ def _choose(
         extra = _pick(useful, best_score, limit=2)
         chosen += extra
         missing -= {st for _, line in extra for st in line.stems}
-    return _with_steps(chosen, lines, kind)
+    return _with_steps(_with_qualifiers(chosen, lines), lines, kind)
+
+
+# A sentence that opens by qualifying the one before it ("Porém, o aviso prévio não corre
+# durante as férias", "However, ...", "Sin embargo, ...").
+_QUALIFIER = re.compile(
+    r"^(?:porem|no entanto|contudo|entretanto|todavia|sin embargo|no obstante|pero|however|but|"
+    r"nevertheless|nonetheless)\b"
+)
+
+
+def _with_qualifiers(
+    chosen: list[tuple[float, _Line]], lines: Sequence[_Line]
+) -> list[tuple[float, _Line]]:
+    """A chosen sentence keeps the "porém / however" that follows it in its paragraph:
+    shown alone it would say less than the page ("O pedido de demissão pode ser apresentado
+    a qualquer momento, inclusive durante as férias." without "Porém, o aviso prévio não
+    corre durante as férias")."""
+    following = {
+        (id(line.passage), line.order): line
+        for line in lines
+        if line.joined and _QUALIFIER.match(normalize(line.text))
+    }
+    if not following:
+        return chosen
+    out: list[tuple[float, _Line]] = []
+    merged: set[tuple[int, int]] = set()  # qualifiers now said with their sentence
+    for score, line in chosen:
+        nxt = following.get((id(line.passage), line.order + 1))
+        if nxt is not None and line.step is None:
+            line = replace(line, text=f"{line.text} {nxt.text}", stems=line.stems | nxt.stems)
+            merged.add((id(nxt.passage), nxt.order))
+        out.append((score, line))
+    return [(s, line) for s, line in out if (id(line.passage), line.order) not in merged]
 
 
 # A line that sends the reader to another page ("As regras de perda ... estão em política

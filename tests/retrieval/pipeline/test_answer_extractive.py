@@ -392,6 +392,55 @@ def test_a_line_in_the_plural_answers_a_question_in_the_singular() -> None:
     assert text.split("\n\n", 1)[1].lstrip("- ").startswith("Voos fora do horário"), text
 
 
+RESIGNING_ON_LEAVE = Passage(
+    1,
+    "Pedido de demissão durante as férias",
+    "Posso pedir demissão durante as férias?",
+    "O pedido de demissão pode ser apresentado a qualquer momento, inclusive durante as férias. "
+    "Porém, o aviso prévio não corre durante as férias: a contagem começa no retorno. "
+    "O valor das férias já pago não é devolvido.",
+    document="demissao-ferias",
+)
+
+
+def test_a_chosen_sentence_keeps_the_porem_that_qualifies_it() -> None:
+    text = _answer("posso pedir demissão durante as férias?", RESIGNING_ON_LEAVE)
+    line = next(x for x in text.splitlines() if "qualquer momento" in x)
+    # One line: the rule and its "porém", as the page says them together.
+    assert "inclusive durante as férias. Porém, o aviso prévio não corre" in line, text
+
+
+def test_a_qualifier_comes_only_with_the_sentence_it_follows() -> None:
+    leave = Passage(
+        1,
+        "Férias",
+        "Pagamento",
+        "As férias são pagas até dois dias antes do início. "
+        "O abono pecuniário vale para até dez dias. "
+        "However, a qualifier of another sentence stays out.",
+        document="ferias",
+    )
+    text = _answer("quando as férias são pagas?", leave)
+    assert "pagas até dois dias antes" in text
+    assert "However" not in text, text
+
+
+def test_english_however_qualifies_the_sentence_before_it() -> None:
+    keys = Passage(
+        1,
+        "Deleting keys",
+        "About deleting keys",
+        "Before you can delete an instance, you must delete every key in that instance. "
+        "However, if you close your account, existing instances and keys are deleted. "
+        "Keys can be restored within 30 days.",
+        document="keys",
+        language="en",
+    )
+    text = _answer("can I delete an instance with keys in it?", keys, language="en")
+    line = next(x for x in text.splitlines() if "must delete every key" in x)
+    assert "However, if you close your account" in line, text
+
+
 def test_each_part_of_a_split_message_answers_from_its_own_searchs_best_document() -> None:
     day_off = Passage(
         1,
