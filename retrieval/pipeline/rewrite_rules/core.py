@@ -628,10 +628,22 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
     parts = _split(ctx, text)
     seen: set[str] = set()
     resolved: list[Turn] = []
+    own: list[Turn] = []  # the parts as the user wrote them
     for index, part in enumerate(parts):
         label = f"part {index + 1}: " if len(parts) > 1 else ""
         # A later part leans on the parts before it ("... e o que acontece no meio?").
         context, source = (users, "user turn") if index == 0 else (resolved, "part")
+        named = [
+            p for p in own if any(ctx.stats.is_strong(w) or w in ctx.protected for w in p.terms)
+        ]
+        if named and assess(part, ctx.lang, ctx.stats, ctx.protected, ctx.mentions).kind == (
+            "anaphor"
+        ):
+            # "What about HIV pandemic? did it kill many people?": "it" is what the part
+            # before named itself, not the flu that part carried from the conversation (a
+            # part that names nothing, "e isso?", lends what it carried).
+            context = named
+        own.append(part)
         query, dependency, carried, swap = _resolve(ctx, part, context, label, source)
         pointing = dependency.kind in ("anaphor", "ellipsis")
         # "e isso?", "y en Chile?" with nothing before them; a longer turn names its own

@@ -568,3 +568,15 @@ def test_an_english_question_that_names_what_it_asks_to_define_is_not_read_with_
     pointing = rewrite("what is the per diem?", *history, language="en")
     contextual = [q.text for q in pointing.queries if q.reading == "contextual"]
     assert contextual and "contractors" in contextual[0].casefold()
+
+
+def test_a_later_parts_pronoun_points_at_what_the_part_before_named_itself() -> None:
+    """'What about HIV pandemic? did it kill many people?' after the flu (MTRAG clapnq): the
+    second part's 'it' is HIV, which the first part named, not the flu that the first part
+    carried from the conversation ('When did paid fan of Jennifer Aniston start and end' was
+    the same error)."""
+    history = ("qual o valor do vale-refeição?", "O vale-refeição é de R$ 40 por dia.")
+    result = rewrite("e o auxílio-creche? ele é pago em dinheiro?", *history)
+    second = [q.text for q in result.queries if q.type == "decompose"][1]
+    assert "auxílio-creche" in second, result.queries
+    assert "vale-refeição" not in second, result.queries
