@@ -75,6 +75,7 @@ def merge_results(
     if len(queries) != len(results):
         raise ValueError("one result list per query is required")
     merged: dict[int, MergedHit] = {}
+    support: dict[int, float] = {}  # "max": what all the queries gave, for ties at the top
     for index, (query, hits) in enumerate(zip(queries, results, strict=True)):
         top = max((h.score for h in hits), default=0.0) or 1.0
         for rank, hit in enumerate(hits, start=1):
@@ -92,7 +93,14 @@ def merge_results(
                 entry.score += contribution
             else:
                 entry.score = max(entry.score, contribution)
-    return sorted(merged.values(), key=lambda m: (-m.score, m.hit.chunk_id))
+                support[hit.chunk_id] = support.get(hit.chunk_id, 0.0) + contribution
+    # Two sub-questions' champions tie at the top: the one the other queries found too
+    # comes first (one passage often answers both halves of "where was the cotton gin
+    # invented and where is it used today").
+    return sorted(
+        merged.values(),
+        key=lambda m: (-m.score, -support.get(m.hit.chunk_id, 0.0), m.hit.chunk_id),
+    )
 
 
 def cut_passages(

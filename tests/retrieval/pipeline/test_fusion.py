@@ -35,6 +35,25 @@ def test_max_strategy_keeps_each_sub_question_champion() -> None:
     assert {merged[0].chunk_id, merged[1].chunk_id} == {1, 10}
 
 
+def test_max_strategy_puts_the_champion_the_other_queries_also_found_first() -> None:
+    """Two halves of one question ("where was the cotton gin invented and where is it used
+    today"): each half's champion scores 1.0; the one the other half and the user's own
+    words found too comes first, whatever its chunk id."""
+    queries = [
+        SearchQuery("where was the cotton gin invented", "decompose"),
+        SearchQuery("where is the cotton gin used today", "decompose"),
+        SearchQuery("the whole message", "original", weight=0.5),
+    ]
+    results = [
+        [hit(10, 1, 0.030), hit(90, 9, 0.020)],
+        [hit(90, 9, 0.025), hit(10, 1, 0.010)],
+        [hit(90, 9, 0.020), hit(10, 1, 0.005)],
+    ]
+    merged = merge_results(queries, results, strategy="max")
+    assert [m.score for m in merged] == [1.0, 1.0]
+    assert [m.chunk_id for m in merged] == [90, 10]
+
+
 def test_cut_limits_chunks_per_document() -> None:
     queries = [SearchQuery("q", "normalize")]
     results = [[hit(1, 1), hit(2, 1), hit(3, 1), hit(4, 2), hit(5, 3)]]
