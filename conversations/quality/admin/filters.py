@@ -78,12 +78,16 @@ class ReasonFilter(admin.SimpleListFilter):
     title = _("reason")
     parameter_name = "reason"
 
+    REASONS = ("no_results", "weak", "thumbs_down", "anomaly")
+
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
-        return [(f, FLAG_LABELS[f]) for f in ("no_results", "weak", "thumbs_down", "anomaly")]
+        return [(f, FLAG_LABELS[f]) for f in self.REASONS]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        # A reason the panel does not offer (a typed URL) filters nothing, like the other
+        # flag filters, instead of a server error.
         value = self.value()
-        return traces_with_flag(value, queryset) if value else queryset
+        return traces_with_flag(value, queryset) if value in self.REASONS else queryset
 
 
 class ReviewedFilter(admin.SimpleListFilter):

@@ -177,3 +177,17 @@ def test_view_only_staff_cannot_switch_evaluation_cases_off(db: None) -> None:
     client.post(url, {"action": "deactivate", "_selected_action": [case.pk]})
     case.refresh_from_db()
     assert case.active
+
+
+@pytest.mark.parametrize("value", ["zzz", "\x00", "REASON", "no_results'--"])
+def test_a_reason_the_panel_does_not_offer_filters_nothing_instead_of_failing(
+    viewer: User, leaky: Conversation, value: str
+) -> None:
+    """A second attack: `attentionturn/?reason=zzz` was a server error (500) for any staff
+    member with view rights; the other flag filters ignore a value they do not offer."""
+    client = _client(viewer)
+    response = client.get(CHANGELISTS["attentionturn"], {"reason": value, "review": "all"})
+    assert response.status_code == 200
+    # The one turn of the panel is still listed: the unknown reason filtered nothing.
+    trace = TurnTrace.objects.get(message__conversation=leaky)
+    assert f"/admin/conversations/turntrace/{trace.pk}/" in response.content.decode()
