@@ -9,19 +9,28 @@ from retrieval.pipeline.glossary import parse_glossary_json
 
 
 @transaction.atomic
-def glossary_import(*, collection: Collection, data: object, replace: bool = False) -> int:
-    """Create or update entries from JSON data; with `replace`, drop entries not in it."""
+def glossary_import(
+    *, collection: Collection, data: object, replace: bool = False, only_new: bool = False
+) -> int:
+    """Create or update entries from JSON data; with `replace`, drop entries not in it.
+
+    With `only_new`, terms the collection has already are left as they are (an admin's
+    edits and deactivations survive `make run` loading the demo glossary again)."""
     entries = parse_glossary_json(data)
     if replace:
         GlossaryEntry.objects.filter(collection=collection).exclude(
             term__in=[e.term for e in entries]
         ).delete()
     for entry in entries:
-        GlossaryEntry.objects.update_or_create(
-            collection=collection,
-            term=entry.term,
-            defaults={"expansion": entry.expansion, "area": entry.area or "", "active": True},
-        )
+        values = {"expansion": entry.expansion, "area": entry.area or "", "active": True}
+        if only_new:
+            GlossaryEntry.objects.get_or_create(
+                collection=collection, term=entry.term, defaults=values
+            )
+        else:
+            GlossaryEntry.objects.update_or_create(
+                collection=collection, term=entry.term, defaults=values
+            )
     return len(entries)
 
 

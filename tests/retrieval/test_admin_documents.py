@@ -241,6 +241,41 @@ def test_restarting_make_run_keeps_documents_uploaded_through_the_admin(
     assert set(Document.objects.values_list("external_id", flat=True)) == {"pt/vr", *uploaded}
 
 
+def test_restarting_make_run_keeps_the_admins_glossary_edits(settings: Any, tmp_path: Path) -> None:
+    """A second attack on #14: an admin's edit of a demo glossary term ('VR') was undone at
+    the next `make run`, which loaded demo/glossary.json over it; a term the admin switched
+    off came back on. New demo terms still arrive."""
+    from django.core.management import call_command
+
+    kb = tmp_path / "kb"
+    (kb / "pt").mkdir(parents=True)
+    (kb / "pt" / "vr.md").write_text("# VR\n\nR$ 48 por dia.\n", encoding="utf-8")
+    glossary = tmp_path / "glossary.json"
+    glossary.write_text(
+        json.dumps(
+            [
+                {"term": "VR", "expansion": "vale-refeição"},
+                {"term": "VA", "expansion": "vale-alimentação"},
+            ]
+        ),
+        encoding="utf-8",
+    )
+    settings.CHATRAG_DEMO_KB = kb
+    call_command("seed_demo", stdout=io.StringIO())  # the first start
+    GlossaryEntry.objects.filter(term="VR").update(expansion="vale-refeição (Nutri+)")
+    GlossaryEntry.objects.filter(term="VA").update(active=False)
+
+    data = json.loads(glossary.read_text(encoding="utf-8"))
+    glossary.write_text(
+        json.dumps([*data, {"term": "PLR", "expansion": "participação"}]), encoding="utf-8"
+    )
+    call_command("seed_demo", stdout=io.StringIO())  # a restart
+    entries = {e.term: e for e in GlossaryEntry.objects.all()}
+    assert entries["VR"].expansion == "vale-refeição (Nutri+)"
+    assert not entries["VA"].active
+    assert entries["PLR"].expansion == "participação"
+
+
 @pytest.mark.parametrize("part_files", [32, 1], ids=["one-job", "split-job"])
 def test_an_upload_never_replaces_a_document_its_uploader_may_not_read(
     staff_client: Client,

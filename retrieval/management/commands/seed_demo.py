@@ -34,9 +34,11 @@ class Command(BaseCommand):
             call_command("ingest", str(kb), "--prune", "--quiet", stdout=self.stdout)
         glossary_path = kb.parent / "glossary.json"
         if glossary_path.exists():
+            # Terms the admin edited or switched off stay as the admin left them.
             count = glossary_import(
                 collection=default_collection(),
                 data=json.loads(glossary_path.read_text(encoding="utf-8")),
+                only_new=True,
             )
             self.stdout.write(f"glossary: {count} entries")
         Group.objects.get_or_create(name=RESTRICTED_GROUP)
