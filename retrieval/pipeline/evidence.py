@@ -114,6 +114,12 @@ def _said(hits: Sequence[Hit], document: str, language: str | None) -> frozenset
     return _roots(words, language)
 
 
+def _titled(hits: Sequence[Hit], document: str, language: str | None) -> frozenset[str]:
+    """The word roots of `document`'s title (a compound's parts as words of their own)."""
+    title = next((h.title for h in hits if h.external_id == document), "")
+    return _roots(content_terms(title.replace("-", " ")), language)
+
+
 def choose_reading(
     queries: Sequence[SearchQuery],
     results: Sequence[Sequence[Hit]],
@@ -143,9 +149,15 @@ def choose_reading(
         wanted = _roots(new_terms, language)
         own = _said(results[standalone], alone[0], language) & wanted
         topical = _said(results[contextual], together[0], language) & wanted
+        # The conversation's page says some of the new words in passing, while the turn's
+        # own page is titled by all of them and the topic-aware reading ranks it near its
+        # top too ("e pra quem adota, tem licença?" after the daycare allowance, whose page
+        # mentions maternity leave: "Licença-maternidade e licença-adotante").
+        titled = _titled(results[standalone], alone[0], language)
+        partly = topical < wanted and wanted <= titled and alone[0] in together[:CONFIDENT_RANK]
         if (
             own == wanted
-            and not topical
+            and (not topical or partly)
             and _names_something(new_terms, queries[standalone].text)
             and _confident(results[standalone])
             and alone[0] not in around

@@ -188,6 +188,54 @@ def test_a_new_topic_is_the_page_that_says_the_turns_own_words() -> None:
     assert "says the turn's own words" not in decision.reason
 
 
+def _titled_hit(doc: str, chunk: int, rank: int, title: str, words: str) -> Hit:
+    return Hit(chunk, chunk, doc, title, "", words, 0, "", rank, rank, 0.01)
+
+
+def test_a_new_topic_whose_page_is_titled_by_the_turns_words_beats_a_passing_mention() -> None:
+    """ "e pra quem adota, tem licença?" after "como peço o auxílio-creche?" (ptes-dev):
+    the daycare page mentions maternity leave once, so with the topic's word it still led;
+    the leave page is titled by both new words and the topic-aware search ranks it second.
+    The carried "auxílio-creche" is dropped. "me pagan la licencia que no me tomé?" after
+    resigning is a follow-up: the leave page's title says "licencia", not "pagan"."""
+    queries = [
+        SearchQuery("auxílio-creche pra quem adota, tem licença", "expand", reading="contextual"),
+        SearchQuery("e pra quem adota, tem licença?", "normalize", reading="standalone"),
+    ]
+    creche = _titled_hit(
+        "creche", 1, 1, "Auxílio-creche", "Pago até o fim da licença-maternidade e depois."
+    )
+    leave = _titled_hit(
+        "leave",
+        2,
+        1,
+        "Licença-maternidade e licença-adotante",
+        "Quem adota uma criança tem 120 dias de licença.",
+    )
+    results = [[creche, leave], [leave, creche]]
+    terms = ("adota", "licenca")
+    decision = choose_reading(queries, results, [creche], new_terms=terms, language="pt")
+    assert decision.reading == "standalone" and 0 not in decision.keep, decision
+    assert "says the turn's own words" in decision.reason
+
+    queries = [
+        SearchQuery(
+            "me pagan la licencia que no me tomé renunciar", "expand", reading="contextual"
+        ),
+        SearchQuery("me pagan la licencia que no me tomé?", "normalize", reading="standalone"),
+    ]
+    resign = _titled_hit(
+        "resign", 3, 1, "Renuncia y preaviso", "Al egreso se paga la licencia no gozada."
+    )
+    annual = _titled_hit(
+        "annual", 4, 1, "Licencia anual", "Se pagan 20 días de licencia; si no la tomé, pagan."
+    )
+    results = [[resign, annual], [annual, resign]]
+    terms = ("pagan", "licencia")
+    decision = choose_reading(queries, results, [resign], new_terms=terms, language="es")
+    assert decision.reading == "contextual", decision
+
+
 def test_a_follow_up_is_the_reading_whose_page_says_more_of_the_turns_words() -> None:
     """ "tenho q devolver se pedir demissão?" after the education allowance: alone, the
     words find the resignation page; with the topic, the allowance's repayment page, which
