@@ -192,6 +192,11 @@ def _plain(text: str) -> str:
     return " ".join(text.split())
 
 
+# A line with no figure, address, link or closing punctuation.
+_BARE_HEADING = re.compile(r"^[^\d@\[\]<>|*_`]*[^\d@\[\]<>|*_`.!?:;,)]$")
+HEADING_WORDS = 8
+
+
 def _lines(passage: Passage, rank: int, language: str) -> list[_Line]:
     """Split a passage into sentences, list items, table rows and numbered steps."""
     out: list[_Line] = []
@@ -255,6 +260,10 @@ def _lines(passage: Passage, rank: int, language: str) -> list[_Line]:
             add(item.group(1), item=True)  # a list item is one line, kept whole
             continue
         lead = -1
+        if not item and _BARE_HEADING.match(line) and len(line.split()) <= HEADING_WORDS:
+            # A heading written as a plain line ("Passing sensitive data", "Score
+            # Agreement level"): it names a section and answers nothing.
+            continue
         body = item.group(1) if item else line
         for i, sentence in enumerate(_SENTENCE.split(body)):
             add(sentence, joined=i > 0)

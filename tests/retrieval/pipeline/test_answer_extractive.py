@@ -441,6 +441,33 @@ def test_english_however_qualifies_the_sentence_before_it() -> None:
     assert "However, if you close your account" in line, text
 
 
+def test_a_heading_written_as_a_plain_line_is_not_an_answer_line() -> None:
+    """MTRAG's passages keep their headings as plain lines ("Passing sensitive data",
+    "Quit India Movement"): they matched the question's words best and took a bullet that
+    said nothing. A short line with a figure, an address or closing punctuation stays."""
+    chat = Passage(
+        1,
+        "Web chat security",
+        "",
+        "Passing sensitive data\n"
+        "You can encrypt sensitive data with the public key that IBM provides.\n"
+        "Tokens expire in 24 hours\n"
+        "Contact security@example.com",
+        document="web-chat",
+        language="en",
+    )
+    text = _answer("can I pass sensitive data in the web chat?", chat, language="en")
+    bullets = [line.removeprefix("- ") for line in text.split("\n\n", 1)[1].splitlines()]
+    assert not any(b.startswith("Passing sensitive data") for b in bullets), text
+    assert any(b.startswith("You can encrypt sensitive data") for b in bullets), text
+    from retrieval.pipeline.answer.extractive import _lines
+
+    candidates = [line.text for line in _lines(chat, 0, "en")]
+    assert "Passing sensitive data" not in candidates
+    assert "Tokens expire in 24 hours" in candidates
+    assert "Contact security@example.com" in candidates
+
+
 def test_each_part_of_a_split_message_answers_from_its_own_searchs_best_document() -> None:
     day_off = Passage(
         1,
