@@ -134,7 +134,7 @@ _OPENERS: dict[str, dict[str, str]] = {
         "": "Sobre {s}:",
     },
     "en": {
-        "duration": "On the deadline — {s}:",
+        "duration": "On the timing — {s}:",  # when, how long, how often
         "amount": "On the amount — {s}:",
         "condition": "On who is entitled — {s}:",
         "steps": "On how to do it — {s}:",

@@ -150,7 +150,7 @@ def test_opening_line_replies_in_the_turn_language_without_the_badge_label() -> 
         Passage(1, "Notice", "", "The notice period is 30 days for everyone.", "n"),
         language="en",
     )
-    assert english.startswith("On the deadline")
+    assert english.startswith("On the timing")
     assert "Extractive answer" not in english
 
 
