@@ -163,6 +163,9 @@ SILENT_LINE = 0.75  # a line that says no word of the question, only its page's 
 SPECIFIC_BONUS = 0.3  # the same for a line with a figure when the question names no kind
 META_FACTOR = 0.3  # share of the best query word's weight a line of the asked kind gains
 SAID_TERM = 0.3  # a carried word the last reply used already (see extractive_answer)
+REPEATED_SHARE = 0.6  # a line whose content words an earlier reply said this much of ...
+REPEATED_WORDS = 4  # ... (a line of at least this many content words) ...
+REPEATED_LINE = 0.5  # ... scores this much: the person has read it
 
 
 @dataclass(frozen=True)
@@ -552,12 +555,35 @@ def extractive_answer(
         terms = {t: (w * SAID_TERM if w < 1.0 and t in said else w) for t, w in terms.items()}
     if lead is not None and lead not in order:
         lead = None
-    return _render(
-        question,
-        language,
+    chosen = _choose(
+        lines,
+        passages,
+        terms,
+        idf,
         kind,
-        _choose(lines, passages, terms, idf, kind, context, lead=lead, language=language),
+        context,
+        lead=lead,
+        language=language,
+        repeated=_repeated(lines, history, language),
     )
+    return _render(question, language, kind, chosen)
+
+
+def _repeated(
+    lines: Sequence[_Line], history: Sequence[HistoryMessage], language: str
+) -> frozenset[int]:
+    """The lines (by identity) whose words an earlier reply of the window mostly said."""
+    replies = [_content_stems(m.text, language) for m in history if m.role == "assistant"]
+    if not replies:
+        return frozenset()
+    out: set[int] = set()
+    for line in lines:
+        mine = _content_stems(line.text, language)
+        if len(mine) >= REPEATED_WORDS and any(
+            len(mine & reply) >= REPEATED_SHARE * len(mine) for reply in replies
+        ):
+            out.add(id(line))
+    return frozenset(out)
 
 
 def _content_stems(text: str, language: str) -> frozenset[str]:
@@ -645,12 +671,22 @@ def _choose(
     limit: int = MAX_LINES,
     lead: str | None = None,
     language: str = "pt",
+    repeated: frozenset[int] = frozenset(),
 ) -> list[tuple[float, _Line]]:
     """The lines that answer one question: its document's best, another topic's if asked.
 
     `lead` is the document the question's own search ranked first (default: the top
-    passage's)."""
-    every = [(_score(line, terms, idf, kind, context[id(line.passage)]), line) for line in lines]
+    passage's); `repeated` lines, which an earlier reply said, count REPEATED_LINE as much:
+    a follow-up asks for something new ("quanto tempo isso leva pra cair na conta?" after
+    the notice period got the notice period's rule again)."""
+    every = [
+        (
+            _score(line, terms, idf, kind, context[id(line.passage)])
+            * (REPEATED_LINE if id(line) in repeated else 1.0),
+            line,
+        )
+        for line in lines
+    ]
     scored = [(s, line) for s, line in every if s > 0]
     if not scored:
         top = [line for line in lines if line.rank == 0][:2]

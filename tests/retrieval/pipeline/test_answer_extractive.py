@@ -468,6 +468,38 @@ def test_a_heading_written_as_a_plain_line_is_not_an_answer_line() -> None:
     assert "Contact security@example.com" in candidates
 
 
+def test_a_follow_up_is_not_answered_with_what_the_last_replies_said() -> None:
+    """ "mi señora también trabaja acá, cobramos los dos?" after the daycare refund: the
+    line that says the amount again (the reply said it) came first; the one that answers
+    whether both parents get it was left out."""
+    daycare = Passage(
+        1,
+        "Reintegro de guardería",
+        "",
+        "La empresa reintegra a los trabajadores con hijos de hasta cuatro años los gastos "
+        "de guardería, hasta un máximo de $U 7.500 mensuales por hijo. "
+        "Si ambos progenitores trabajan en la empresa, el reintegro se otorga a uno solo. "
+        "Los reintegros se piden en el portal con la factura del mes.",
+        document="guarderia",
+        language="es",
+    )
+    history = [
+        HistoryMessage("user", "me reintegran la guardería?"),
+        HistoryMessage(
+            "assistant",
+            "Sí: la empresa reintegra los gastos de guardería de hijos de hasta cuatro años, "
+            "hasta $U 7.500 mensuales por hijo.",
+        ),
+    ]
+    question = "mi señora también trabaja en la empresa, cobramos los dos?"
+    text = _answer(question, daycare, language="es", history=history)
+    body = text.split("\n\n", 1)[1]
+    assert body.lstrip("- ").startswith("Si ambos progenitores trabajan"), text
+    # Without the conversation the amount's line leads: it is new to the reader.
+    fresh = _answer(question, daycare, language="es").split("\n\n", 1)[1]
+    assert fresh.lstrip("- ").startswith("La empresa reintegra"), fresh
+
+
 def test_each_part_of_a_split_message_answers_from_its_own_searchs_best_document() -> None:
     day_off = Passage(
         1,
