@@ -190,9 +190,14 @@ def _stems(text: str, language: str) -> frozenset[str]:
     return frozenset(stem(t.text, language) for t in token_spans(text))
 
 
+_IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
+
+
 def _plain(text: str) -> str:
-    """Markdown emphasis kept as the page shows it; links and stray markup flattened."""
-    return " ".join(text.split())
+    """Markdown emphasis kept as the page shows it; images dropped (an answer line is text:
+    "![VMware Solutions and Red Hat OpenShift](https://…svg)" took a bullet), whitespace
+    collapsed."""
+    return " ".join(_IMAGE.sub(" ", text).split())
 
 
 # A line with no figure, address, link or closing punctuation.

@@ -500,6 +500,22 @@ def test_a_follow_up_is_not_answered_with_what_the_last_replies_said() -> None:
     assert fresh.lstrip("- ").startswith("La empresa reintegra"), fresh
 
 
+def test_an_image_is_never_an_answer_line() -> None:
+    """MTRAG cloud: '![VMware Solutions and Red Hat OpenShift](https://…svg)' was a bullet."""
+    page = Passage(
+        1,
+        "OpenShift",
+        "",
+        "![Red Hat OpenShift architecture](https://example.com/images/openshift-sddc.svg)\n"
+        "Red Hat OpenShift helps you deploy containers on your own VMware cluster.",
+        document="openshift",
+        language="en",
+    )
+    text = _answer("How does Red Hat OpenShift help?", page, language="en")
+    assert "![" not in text and ".svg" not in text, text
+    assert "deploy containers" in text
+
+
 def test_each_part_of_a_split_message_answers_from_its_own_searchs_best_document() -> None:
     day_off = Passage(
         1,
