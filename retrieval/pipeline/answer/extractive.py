@@ -163,6 +163,8 @@ SILENT_LINE = 0.75  # a line that says no word of the question, only its page's 
 SPECIFIC_BONUS = 0.3  # the same for a line with a figure when the question names no kind
 META_FACTOR = 0.3  # share of the best query word's weight a line of the asked kind gains
 SAID_TERM = 0.3  # a carried word the last reply used already (see extractive_answer)
+TOPIC_ONLY_WORDS = 3  # a question of at most this many own words may only name its topic
+TOPIC_FIGURE_BONUS = 1.0  # SPECIFIC_BONUS when it does: the page's figures are what it asks
 REPEATED_SHARE = 0.6  # a line whose content words an earlier reply said this much of ...
 REPEATED_WORDS = 4  # ... (a line of at least this many content words) ...
 REPEATED_LINE = 0.5  # ... scores this much: the person has read it
@@ -378,6 +380,7 @@ def _score(
     idf: Mapping[str, float],
     kind: AnswerKind | None,
     heading_stems: frozenset[str],
+    figures: float = SPECIFIC_BONUS,
 ) -> float:
     default = idf["__default__"]
     overlap = 0.0
@@ -403,7 +406,7 @@ def _score(
     if kind is not None and _states(kind, norm, line.passage.language):
         overlap += KIND_BONUS * best_weight
     elif kind is None and _SPECIFIC.search(norm):
-        overlap += SPECIFIC_BONUS * best_weight
+        overlap += figures * best_weight
     if _META.search(norm):
         overlap *= META_FACTOR
     # Earlier passages are what the search trusted most; very long lines say too much.
@@ -570,8 +573,29 @@ def extractive_answer(
         lead=lead,
         language=language,
         repeated=_repeated(lines, history, language),
+        figures=TOPIC_FIGURE_BONUS
+        if _names_only_its_topic(terms, passages[0], rewrite, language)
+        else SPECIFIC_BONUS,
     )
     return _render(question, language, kind, chosen)
+
+
+def _names_only_its_topic(
+    terms: Mapping[str, float], top: Passage, rewrite: RewriteResult | None, language: str
+) -> bool:
+    """Whether the question only names its topic ("regra do VR no home", "como funciona o
+    banco de horas?"): a few words of its own, each in the top passage's title or heading,
+    or a glossary term whose expansion is. Such a question wants the page's figures (the
+    daily value, the deadline), which share none of its words."""
+    own = _own_terms(terms)
+    if not 0 < len(own) <= TOPIC_ONLY_WORDS:
+        return False
+    named = _stems(f"{top.title} {top.heading}", language)
+    glossed: set[str] = set()
+    for hit in rewrite.glossary_hits if rewrite is not None else ():
+        if _stems(hit.expansion, language) & named:
+            glossed |= _stems(hit.term, language)
+    return all(t in named or t in glossed for t in own)
 
 
 def _repeated(
@@ -677,16 +701,18 @@ def _choose(
     lead: str | None = None,
     language: str = "pt",
     repeated: frozenset[int] = frozenset(),
+    figures: float = SPECIFIC_BONUS,
 ) -> list[tuple[float, _Line]]:
     """The lines that answer one question: its document's best, another topic's if asked.
 
     `lead` is the document the question's own search ranked first (default: the top
     passage's); `repeated` lines, which an earlier reply said, count REPEATED_LINE as much:
     a follow-up asks for something new ("quanto tempo isso leva pra cair na conta?" after
-    the notice period got the notice period's rule again)."""
+    the notice period got the notice period's rule again). `figures` is the share of the
+    best word's weight that a line with a figure gains when no kind of answer is asked."""
     every = [
         (
-            _score(line, terms, idf, kind, context[id(line.passage)])
+            _score(line, terms, idf, kind, context[id(line.passage)], figures)
             * (REPEATED_LINE if id(line) in repeated else 1.0),
             line,
         )

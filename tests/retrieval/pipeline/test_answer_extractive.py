@@ -516,6 +516,39 @@ def test_an_image_is_never_an_answer_line() -> None:
     assert "deploy containers" in text
 
 
+def test_a_question_that_only_names_its_topic_gets_the_pages_figures() -> None:
+    """ "regra do VR no home" (the demo's first question): the line that said "home office"
+    and "valor" without the value came first; the day's value shares no word with the
+    question. A question that names only its topic (its words in the page's title, or
+    glossary terms whose expansion is) lifts the lines with figures."""
+    from retrieval.pipeline.types import GlossaryHit
+
+    page = Passage(
+        1,
+        "Vale-refeição no trabalho remoto",
+        "Valor",
+        "- **R$ 38,00 por dia útil** do mês (em um mês com 22 dias úteis, R$ 836,00).\n"
+        "O valor por dia é menor que o da regra geral porque a empresa complementa a "
+        "alimentação de quem está em casa com o auxílio home office.\n"
+        "Quem está no regime híbrido segue a regra geral do vale-refeição.",
+        document="vr-remoto",
+    )
+    rewrite = RewriteResult(
+        queries=[SearchQuery("regra do VR (vale-refeição) no home (trabalho remoto)", "expand")],
+        backend="rules",
+        glossary_hits=[
+            GlossaryHit("VR", "vale-refeição"),
+            GlossaryHit("home", "trabalho remoto"),
+        ],
+    )
+    question = "regra do VR no home"
+    text = _answer(question, page, rewrite=rewrite)
+    assert text.split("\n\n", 1)[1].lstrip("- ").startswith("**R$ 38,00 por dia útil**"), text
+    # A question that says what it asks of the topic keeps its own best line first.
+    asked = _answer("o VR no home é menor que o da regra geral?", page, rewrite=rewrite)
+    assert asked.split("\n\n", 1)[1].lstrip("- ").startswith("O valor por dia é menor"), asked
+
+
 def test_each_part_of_a_split_message_answers_from_its_own_searchs_best_document() -> None:
     day_off = Passage(
         1,
