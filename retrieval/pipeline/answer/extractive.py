@@ -574,23 +574,25 @@ def extractive_answer(
         language=language,
         repeated=_repeated(lines, history, language),
         figures=TOPIC_FIGURE_BONUS
-        if _names_only_its_topic(terms, passages[0], rewrite, language)
+        if _names_only_its_topic(terms, context[id(passages[0])], rewrite, language)
         else SPECIFIC_BONUS,
     )
     return _render(question, language, kind, chosen)
 
 
 def _names_only_its_topic(
-    terms: Mapping[str, float], top: Passage, rewrite: RewriteResult | None, language: str
+    terms: Mapping[str, float],
+    named: frozenset[str],
+    rewrite: RewriteResult | None,
+    language: str,
 ) -> bool:
     """Whether the question only names its topic ("regra do VR no home", "como funciona o
-    banco de horas?"): a few words of its own, each in the top passage's title or heading,
-    or a glossary term whose expansion is. Such a question wants the page's figures (the
-    daily value, the deadline), which share none of its words."""
+    banco de horas?"): a few words of its own, each in `named` (the top passage's title
+    and heading stems), or a glossary term whose expansion is. Such a question wants the
+    page's figures (the daily value, the deadline), which share none of its words."""
     own = _own_terms(terms)
     if not 0 < len(own) <= TOPIC_ONLY_WORDS:
         return False
-    named = _stems(f"{top.title} {top.heading}", language)
     glossed: set[str] = set()
     for hit in rewrite.glossary_hits if rewrite is not None else ():
         if _stems(hit.expansion, language) & named:

@@ -218,12 +218,12 @@ def _plan(ctx: _Context, part: Turn, dependency: Dependency, users: list[Turn]) 
 
 
 def _resolve(
-    ctx: _Context, part: Turn, users: list[Turn], label: str, source: str
+    ctx: _Context, part: Turn, dependency: Dependency, users: list[Turn], label: str, source: str
 ) -> tuple[str, Dependency, bool, str | None]:
-    """Return the query for one question, whether it took words from elsewhere, and the
-    other reading of a bare follow-up that may change the topic (or None)."""
+    """Return the query for one question (`dependency`: `assess`'s verdict on it), whether it
+    took words from elsewhere, and the other reading of a bare follow-up that may change the
+    topic (or None)."""
     notes = ctx.result.notes
-    dependency = assess(part, ctx.lang, ctx.stats, ctx.protected, ctx.mentions)
     if source == "part" and dependency.kind in ("self", "weak"):
         # A later part asks its own question ("... y cómo pido un anticipo?") unless it is
         # a word or two ("is india growing fast? how fast?").
@@ -633,18 +633,17 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
         label = f"part {index + 1}: " if len(parts) > 1 else ""
         # A later part leans on the parts before it ("... e o que acontece no meio?").
         context, source = (users, "user turn") if index == 0 else (resolved, "part")
+        assessed = assess(part, ctx.lang, ctx.stats, ctx.protected, ctx.mentions)
         named = [
             p for p in own if any(ctx.stats.is_strong(w) or w in ctx.protected for w in p.terms)
         ]
-        if named and assess(part, ctx.lang, ctx.stats, ctx.protected, ctx.mentions).kind == (
-            "anaphor"
-        ):
+        if named and assessed.kind == "anaphor":
             # "What about HIV pandemic? did it kill many people?": "it" is what the part
             # before named itself, not the flu that part carried from the conversation (a
             # part that names nothing, "e isso?", lends what it carried).
             context = named
         own.append(part)
-        query, dependency, carried, swap = _resolve(ctx, part, context, label, source)
+        query, dependency, carried, swap = _resolve(ctx, part, assessed, context, label, source)
         pointing = dependency.kind in ("anaphor", "ellipsis")
         # "e isso?", "y en Chile?" with nothing before them; a longer turn names its own
         # subject ("where does doctor strange get his powers from"). Still searched.
