@@ -13,7 +13,8 @@ How a line is chosen:
   document, and another document only adds lines when it answers words of the question that
   the first document does not have (two topics in one message), so a sibling's rules are
   never mixed in; each part of a message the rewrite split answers from the document its
-  own query ranked first;
+  own query ranked first (unless an earlier part answers from it and another document says
+  the words it lacks), and leaves to a later part the lines that part fits better;
 - a page that sends the reader to another shown page for what is asked ("as regras de perda
   estão em política específica") yields to that page when it fits nearly as well;
 - the steps of a numbered procedure stay together with their numbers; the most direct line
@@ -527,26 +528,9 @@ def extractive_answer(
     parts = _sub_questions(question, rewrite)
     if len(parts) >= 2:
         # Two questions in one message: each answered from its own document.
-        chosen: list[tuple[float, _Line]] = []
-        for part in parts:
-            terms = _question_terms(part, [], None, language)
-            own = _part_order(order, (rankings or {}).get(part, ()))
-            part_lines = lines if own == order else _reranked(lines, own)
-            lead = min(own, key=lambda d: own[d])
-            found = _choose(
-                part_lines,
-                passages,
-                terms,
-                idf,
-                answer_kind(part),
-                context,
-                limit=2,
-                lead=lead,
-                language=language,
-            )
-            # Two chunks of one document may repeat a line: it is said once.
-            have = {normalize(line.text) for _, line in chosen}
-            chosen += [item for item in found if normalize(item[1].text) not in have]
+        chosen = _answer_parts(
+            parts, lines, passages, order, rankings or {}, idf, context, language
+        )
         return _render(
             question,
             language,
@@ -635,6 +619,95 @@ def _said_only(history: Sequence[HistoryMessage], language: str) -> frozenset[st
     return _content_stems(reply, language) - asked
 
 
+@dataclass(frozen=True)
+class _Part:
+    """One question of a split message, read in its own search's order."""
+
+    lines: list[_Line]  # ranked as the part's own search ranked their documents
+    terms: dict[str, float]
+    kind: AnswerKind | None
+    lead: str  # the document its own search ranked first
+    fit: dict[tuple[int, int], float]  # each line's score as a share of the part's best
+
+
+def _answer_parts(
+    parts: Sequence[str],
+    lines: list[_Line],
+    passages: Sequence[Passage],
+    order: dict[str, int],
+    rankings: Mapping[str, Sequence[str]],
+    idf: Mapping[str, float],
+    context: Mapping[int, frozenset[str]],
+    language: str,
+) -> list[tuple[float, _Line]]:
+    """The lines that answer each question of a split message, two each, in turn."""
+    asked: list[_Part] = []
+    for text in parts:
+        own = _part_order(order, rankings.get(text, ()))
+        part_lines = lines if own == order else _reranked(lines, own)
+        terms = _question_terms(text, [], None, language)
+        kind = answer_kind(text)
+        fit = _relative_fit(part_lines, terms, idf, kind, context)
+        asked.append(_Part(part_lines, terms, kind, min(own, key=own.__getitem__), fit))
+    chosen: list[tuple[float, _Line]] = []
+    leads: set[str] = set()
+    for index, part in enumerate(asked):
+        # A line that a later part fits better is left to it ("indemnización despido
+        # objetivo y se mantiene el seguro médico?": the line on keeping the insurance after
+        # a dismissal answers the second question, not the first).
+        later = [other.fit for other in asked[index + 1 :]]
+        mine = [line for line in part.lines if not _claimed(line, part.fit, later)]
+        if not any(part.fit[(id(line.passage), line.order)] > 0 for line in mine):
+            mine = part.lines  # nothing of its own is left: it shares
+        found = _choose(
+            mine,
+            passages,
+            part.terms,
+            idf,
+            part.kind,
+            context,
+            limit=2,
+            lead=part.lead,
+            language=language,
+            # A later question whose own search ranks first the page an earlier one answers
+            # from asks about another topic: that page may yield to one that says the words
+            # it lacks.
+            firm_lead=part.lead not in leads,
+        )
+        leads.add(part.lead)
+        # Two chunks of one document may repeat a line: it is said once.
+        have = {normalize(line.text) for _, line in chosen}
+        chosen += [item for item in found if normalize(item[1].text) not in have]
+    return chosen
+
+
+def _relative_fit(
+    lines: Sequence[_Line],
+    terms: Mapping[str, float],
+    idf: Mapping[str, float],
+    kind: AnswerKind | None,
+    context: Mapping[int, frozenset[str]],
+) -> dict[tuple[int, int], float]:
+    """Each line's score for one question, as a share of that question's best line."""
+    scores = {
+        (id(line.passage), line.order): _score(line, terms, idf, kind, context[id(line.passage)])
+        for line in lines
+    }
+    best = max(scores.values(), default=0.0)
+    return {key: score / best for key, score in scores.items()} if best > 0 else scores
+
+
+def _claimed(
+    line: _Line,
+    fits: Mapping[tuple[int, int], float],
+    others: Sequence[Mapping[tuple[int, int], float]],
+) -> bool:
+    """Whether another question of the message fits `line` better than this one does, and
+    well enough to answer with it (at least KEEP_RATIO of its best line)."""
+    key = (id(line.passage), line.order)
+    return any(other.get(key, 0.0) > max(KEEP_RATIO, fits.get(key, 0.0)) for other in others)
+
+
 def _part_order(order: Mapping[str, int], ranking: Sequence[str]) -> dict[str, int]:
     """The shown documents in one part's own search order; those it did not find follow."""
     own = [d for d in ranking if d in order]
@@ -704,14 +777,17 @@ def _choose(
     language: str = "pt",
     repeated: frozenset[int] = frozenset(),
     figures: float = SPECIFIC_BONUS,
+    firm_lead: bool = True,
 ) -> list[tuple[float, _Line]]:
     """The lines that answer one question: its document's best, another topic's if asked.
 
     `lead` is the document the question's own search ranked first (default: the top
-    passage's); `repeated` lines, which an earlier reply said, count REPEATED_LINE as much:
-    a follow-up asks for something new ("quanto tempo isso leva pra cair na conta?" after
-    the notice period got the notice period's rule again). `figures` is the share of the
-    best word's weight that a line with a figure gains when no kind of answer is asked."""
+    passage's); unless `firm_lead`, it yields to a document that says the question's own
+    words it lacks (one part of a split message); `repeated` lines, which an earlier reply
+    said, count REPEATED_LINE as much: a follow-up asks for something new ("quanto tempo
+    isso leva pra cair na conta?" after the notice period got the notice period's rule
+    again). `figures` is the share of the best word's weight that a line with a figure
+    gains when no kind of answer is asked."""
     every = [
         (
             _score(line, terms, idf, kind, context[id(line.passage)], figures)
@@ -734,6 +810,25 @@ def _choose(
     fit = _document_fit(by_document)
     challenger = max(fit, key=lambda d: fit[d])
     speaks = {d: _speaks(passages, d, language) for d in fit}
+    own = _own_terms(terms)
+
+    def unsaid(document: str) -> set[str]:
+        """The question's own words that `document` never says (its lines, titles and
+        headings); words that say what kind of answer is wanted ("pedir", "quanto") name no
+        topic."""
+        said = set().union(
+            *(line.stems for line in lines if _document(line.passage) == document),
+            *(context[id(p)] for p in passages if _document(p) == document),
+        )
+        return set(own) - said - _cue_stems(language)
+
+    if lead is not None and not firm_lead and primary in fit and challenger != primary:
+        # A part's own search may rank first a page that lacks some of its words ("se hora
+        # de voo em viagem conta como extra" ranked the hours bank, which never says "voo"
+        # nor "viagem"): a page that says all of them may answer it instead.
+        lacks = unsaid(primary)
+        if lacks and not lacks & unsaid(challenger):
+            lead = None
     # One part of a split message keeps the document its own search ranked first. Another
     # document leads only when it says one of the person's own words at least: the words
     # the rewrite carried from the conversation ranked the documents already ("quanto sai
@@ -749,7 +844,6 @@ def _choose(
     # The answering page sends the reader to another shown page for what is asked ("as
     # regras de perda estão em política específica"): that page answers when it fits
     # nearly as well and says a word of the question itself.
-    own = _own_terms(terms)
     target = _referred(lines, primary, language, {id(line): s for s, line in every}, own)
     if (
         target is not None
@@ -761,12 +855,7 @@ def _choose(
         primary = target
     chosen = _pick(by_document[primary], best_score, limit=limit)
     chosen = _with_asked_kind(chosen, every, primary, kind, limit)
-    primary_text = set().union(
-        *(line.stems for line in lines if _document(line.passage) == primary),
-        *(context[id(p)] for p in passages if _document(p) == primary),
-    )
-    # Words that say what kind of answer is wanted ("pedir", "quanto") name no topic.
-    missing = set(own) - primary_text - _cue_stems(language)
+    missing = unsaid(primary)
     for document, items in sorted(by_document.items(), key=lambda kv: -best_of[kv[0]]):
         if document == primary or not missing or len(chosen) >= limit:
             continue

@@ -593,6 +593,79 @@ def test_each_part_of_a_split_message_answers_from_its_own_searchs_best_document
     assert "em até 30 dias do casamento" in text
 
 
+def test_a_later_part_whose_search_ranks_the_earlier_parts_page_may_answer_from_another() -> None:
+    bank = Passage(
+        1,
+        "Banco de horas e horas extras",
+        "Banco de horas",
+        "A Lumen adota banco de horas por acordo individual escrito, com compensação em até "
+        "6 meses. O limite é de 2 horas extras por dia. Cada hora extra trabalhada conta como "
+        "uma hora de crédito no banco. A hora extra de domingo conta em dobro. No "
+        "desligamento, o saldo positivo do banco de horas é pago como hora extra na rescisão.",
+        document="banco",
+    )
+    travel = Passage(
+        2,
+        "Viagens nacionais",
+        "Jornada em viagem",
+        "As passagens de voo são compradas pela agência. O tempo em deslocamento durante a "
+        "jornada conta como trabalho. Voos fora do horário normal que resultem em horas "
+        "extras devem ser lançados no banco de horas.",
+        document="viagens",
+    )
+    parts = ("como funciona banco de horas", "se hora de voo em viagem conta como extra")
+    question = "como funciona banco de horas e se hora de voo em viagem conta como extra"
+    # Both parts' own searches put the hours bank first; it never says "voo" nor "viagem",
+    # and its lines on overtime fill the second question's two lines unless it yields.
+    rankings = {parts[0]: ["banco", "viagens"], parts[1]: ["banco", "viagens"]}
+    text = _answer(question, bank, travel, rewrite=_two_topics(*parts), rankings=rankings)
+    assert "compensação em até 6 meses" in text
+    assert "devem ser lançados no banco de horas" in text, text
+
+
+def test_a_line_that_answers_a_later_part_better_is_left_to_it() -> None:
+    dismissal = Passage(
+        1,
+        "Despido en España – tipos e indemnizaciones",
+        "Tipos de despido",
+        "En el despido objetivo, la indemnización se pone a disposición en el mismo momento "
+        "de la entrega de la carta. Por política de empresa, en despidos objetivos Lumen "
+        "mantiene el seguro médico privado durante 3 meses tras la salida.\n\n"
+        "| Tipo | Causa | Preaviso | Indemnización |\n|---|---|---|---|\n"
+        "| Objetivo | causas económicas u organizativas | 15 días | **20 días de salario por "
+        "año**, máximo 12 mensualidades |\n"
+        "| Improcedente | declarado así por sentencia | — | 33 días de salario por año |\n",
+        document="despido",
+        language="es",
+    )
+    insurance = Passage(
+        2,
+        "Seguro médico privado",
+        "Bajas",
+        "Lumen ofrece a toda su plantilla un seguro médico privado sin copagos. En despidos "
+        "objetivos, Lumen mantiene el seguro 3 meses.",
+        document="seguro",
+        language="es",
+    )
+    parts = (
+        "indemnizacion despido objetivo",
+        "se mantiene el seguro medico después de indemnizacion despido objetivo",
+    )
+    rankings = {parts[0]: ["despido", "seguro"], parts[1]: ["seguro", "despido"]}
+    text = _answer(
+        "indemnizacion despido objetivo y se mantiene el seguro medico despues?",
+        dismissal,
+        insurance,
+        language="es",
+        rewrite=_two_topics(*parts),
+        rankings=rankings,
+    )
+    # The first question gets its own two lines: the amount is not crowded out by the line
+    # on keeping the insurance, which the second question answers with.
+    assert "20 días de salario por año" in text, text
+    assert "mantiene el seguro" in text
+
+
 def test_a_line_two_chunks_repeat_is_said_once() -> None:
     first = Passage(1, "Férias", "", "É possível dividir as férias em até três períodos.", "f")
     second = Passage(1, "Férias", "", "É possível dividir as férias em até três períodos.", "f")
