@@ -1,7 +1,9 @@
 """Time the extractive answer on realistic inputs: p50/p95 ms per answer (no database).
 
 Each ptes-dev task gets its relevant documents plus the next documents of the corpus as six
-passages, as a turn would. Usage: .venv/bin/python scripts/bench_answer.py [data folder]
+passages, as a turn would. A message with two or more questions ("...? ...?") is also timed
+as the rules rewrite splits it, one part per question (each part scored on its own).
+Usage: .venv/bin/python scripts/bench_answer.py [data folder]
 """
 
 from __future__ import annotations
@@ -15,6 +17,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from retrieval.pipeline.answer import Passage, extractive_answer  # noqa: E402
 from retrieval.pipeline.metrics import percentile  # noqa: E402
+from retrieval.pipeline.types import RewriteResult, SearchQuery  # noqa: E402
+
+
+def _report(label: str, times: list[float]) -> None:
+    print(
+        f"{label}: {len(times)} answers, p50 {percentile(times, 50):.2f} ms, "
+        f"p95 {percentile(times, 95):.2f} ms, max {max(times):.2f} ms"
+    )
 
 
 def main() -> None:
@@ -41,10 +51,22 @@ def main() -> None:
         start = time.perf_counter()
         extractive_answer(question=question, queries=[question], passages=passages, language=lang)
         times.append((time.perf_counter() - start) * 1000)
-    print(
-        f"extractive answer: {len(times)} answers, p50 {percentile(times, 50):.2f} ms, "
-        f"p95 {percentile(times, 95):.2f} ms, max {max(times):.2f} ms"
-    )
+    _report("extractive answer", times)
+    split = []
+    for question, lang, passages in cases:
+        parts = [p.strip() + "?" for p in question.split("?") if len(p.split()) >= 2]
+        if len(parts) >= 2:
+            queries = [SearchQuery(p, "decompose") for p in parts]
+            split.append((question, lang, passages, RewriteResult(queries, backend="rules")))
+    times = []
+    for question, lang, passages, rewrite in split * 3:
+        start = time.perf_counter()
+        extractive_answer(
+            question=question, queries=[], passages=passages, language=lang, rewrite=rewrite
+        )
+        times.append((time.perf_counter() - start) * 1000)
+    if times:
+        _report("split messages", times)
 
 
 if __name__ == "__main__":

@@ -619,6 +619,13 @@ def _said_only(history: Sequence[HistoryMessage], language: str) -> frozenset[st
     return _content_stems(reply, language) - asked
 
 
+_Key = tuple[int, int]  # a line's place: its passage's identity and its order there
+
+
+def _key(line: _Line) -> _Key:
+    return (id(line.passage), line.order)
+
+
 @dataclass(frozen=True)
 class _Part:
     """One question of a split message, read in its own search's order."""
@@ -627,7 +634,8 @@ class _Part:
     terms: dict[str, float]
     kind: AnswerKind | None
     lead: str  # the document its own search ranked first
-    fit: dict[tuple[int, int], float]  # each line's score as a share of the part's best
+    scores: dict[int, float]  # each of `lines`' score for this part, by the line's identity
+    fit: dict[_Key, float]  # each line's score as a share of the part's best, by its place
 
 
 def _answer_parts(
@@ -647,8 +655,13 @@ def _answer_parts(
         part_lines = lines if own == order else _reranked(lines, own)
         terms = _question_terms(text, [], None, language)
         kind = answer_kind(text)
-        fit = _relative_fit(part_lines, terms, idf, kind, context)
-        asked.append(_Part(part_lines, terms, kind, min(own, key=own.__getitem__), fit))
+        scores = {
+            id(line): _score(line, terms, idf, kind, context[id(line.passage)])
+            for line in part_lines
+        }
+        fit = _relative_fit(scores, part_lines)
+        lead = min(own, key=own.__getitem__)
+        asked.append(_Part(part_lines, terms, kind, lead, scores, fit))
     chosen: list[tuple[float, _Line]] = []
     leads: set[str] = set()
     for index, part in enumerate(asked):
@@ -657,7 +670,7 @@ def _answer_parts(
         # a dismissal answers the second question, not the first).
         later = [other.fit for other in asked[index + 1 :]]
         mine = [line for line in part.lines if not _claimed(line, part.fit, later)]
-        if not any(part.fit[(id(line.passage), line.order)] > 0 for line in mine):
+        if not any(part.scores[id(line)] > 0 for line in mine):
             mine = part.lines  # nothing of its own is left: it shares
         found = _choose(
             mine,
@@ -669,6 +682,7 @@ def _answer_parts(
             limit=2,
             lead=part.lead,
             language=language,
+            scores=part.scores,
             # A later question whose own search ranks first the page an earlier one answers
             # from asks about another topic: that page may yield to one that says the words
             # it lacks.
@@ -681,30 +695,18 @@ def _answer_parts(
     return chosen
 
 
-def _relative_fit(
-    lines: Sequence[_Line],
-    terms: Mapping[str, float],
-    idf: Mapping[str, float],
-    kind: AnswerKind | None,
-    context: Mapping[int, frozenset[str]],
-) -> dict[tuple[int, int], float]:
+def _relative_fit(scores: Mapping[int, float], lines: Sequence[_Line]) -> dict[_Key, float]:
     """Each line's score for one question, as a share of that question's best line."""
-    scores = {
-        (id(line.passage), line.order): _score(line, terms, idf, kind, context[id(line.passage)])
-        for line in lines
-    }
-    best = max(scores.values(), default=0.0)
-    return {key: score / best for key, score in scores.items()} if best > 0 else scores
+    best = max(scores.values(), default=0.0) or 1.0
+    return {_key(line): scores[id(line)] / best for line in lines}
 
 
 def _claimed(
-    line: _Line,
-    fits: Mapping[tuple[int, int], float],
-    others: Sequence[Mapping[tuple[int, int], float]],
+    line: _Line, fits: Mapping[_Key, float], others: Sequence[Mapping[_Key, float]]
 ) -> bool:
     """Whether another question of the message fits `line` better than this one does, and
     well enough to answer with it (at least KEEP_RATIO of its best line)."""
-    key = (id(line.passage), line.order)
+    key = _key(line)
     return any(other.get(key, 0.0) > max(KEEP_RATIO, fits.get(key, 0.0)) for other in others)
 
 
@@ -778,6 +780,7 @@ def _choose(
     repeated: frozenset[int] = frozenset(),
     figures: float = SPECIFIC_BONUS,
     firm_lead: bool = True,
+    scores: Mapping[int, float] | None = None,
 ) -> list[tuple[float, _Line]]:
     """The lines that answer one question: its document's best, another topic's if asked.
 
@@ -787,10 +790,15 @@ def _choose(
     said, count REPEATED_LINE as much: a follow-up asks for something new ("quanto tempo
     isso leva pra cair na conta?" after the notice period got the notice period's rule
     again). `figures` is the share of the best word's weight that a line with a figure
-    gains when no kind of answer is asked."""
+    gains when no kind of answer is asked. `scores` are the lines' scores already computed
+    with these terms (by the line's identity)."""
     every = [
         (
-            _score(line, terms, idf, kind, context[id(line.passage)], figures)
+            (
+                scores[id(line)]
+                if scores is not None
+                else _score(line, terms, idf, kind, context[id(line.passage)], figures)
+            )
             * (REPEATED_LINE if id(line) in repeated else 1.0),
             line,
         )
