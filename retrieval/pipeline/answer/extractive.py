@@ -587,18 +587,36 @@ def _names_only_its_topic(
 def _repeated(
     lines: Sequence[_Line], history: Sequence[HistoryMessage], language: str
 ) -> frozenset[int]:
-    """The lines (by identity) whose words an earlier reply of the window mostly said."""
+    """The lines (by identity) whose words an earlier reply of the window mostly said, and
+    whose amounts, if any, a reply stated."""
     replies = [_content_stems(m.text, language) for m in history if m.role == "assistant"]
     if not replies:
         return frozenset()
     out: set[int] = set()
+    # A line with an amount no reply stated says something new in the words the reply
+    # used: the dental plan's "Dependente — R$ 24,90; desconto em folha" after a reply on
+    # the health plan's 50% for each dependent, "descontado em folha".
+    amounts = frozenset().union(*(_amounts(m.text) for m in history if m.role == "assistant"))
     for line in lines:
         mine = _content_stems(line.text, language)
-        if len(mine) >= REPEATED_WORDS and any(
-            len(mine & reply) >= REPEATED_SHARE * len(mine) for reply in replies
+        if (
+            len(mine) >= REPEATED_WORDS
+            and _amounts(line.text) <= amounts
+            and any(len(mine & reply) >= REPEATED_SHARE * len(mine) for reply in replies)
         ):
             out.add(id(line))
     return frozenset(out)
+
+
+_AMOUNT = re.compile(
+    r"(?:r\$|us\$|\$u|€|\$)\s*\d(?:[\d.,]*\d)?"
+    r"|\d(?:[\d.,]*\d)?\s*(?:%|€|(?:reais|euros|pesos|dolares|dollars)\b)"
+)
+
+
+def _amounts(text: str) -> frozenset[str]:
+    """The amounts `text` states ("r$ 24,90", "50%", "55 €"), normalised."""
+    return frozenset(" ".join(m.split()) for m in _AMOUNT.findall(normalize(text)))
 
 
 def _content_stems(text: str, language: str) -> frozenset[str]:

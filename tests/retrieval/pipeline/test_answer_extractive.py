@@ -8,7 +8,7 @@ from retrieval.pipeline.answer import Passage, clean_citations, extractive_answe
 from retrieval.pipeline.answer.extractive import opening_line
 from retrieval.pipeline.asks import answer_kind
 from retrieval.pipeline.rewrite_rules.cues import after_switch_announcement
-from retrieval.pipeline.types import HistoryMessage, RewriteResult, SearchQuery
+from retrieval.pipeline.types import GlossaryHit, HistoryMessage, RewriteResult, SearchQuery
 
 HOTEL = Passage(
     1,
@@ -500,6 +500,52 @@ def test_a_follow_up_is_not_answered_with_what_the_last_replies_said() -> None:
     assert fresh.lstrip("- ").startswith("La empresa reintegra"), fresh
 
 
+def test_a_line_with_an_amount_the_replies_never_stated_is_new() -> None:
+    """ "e o odonto?" after the health plan's dependents: the dental price row says the
+    reply's words ("dependente", "mensalidade", "paga", "desconto em folha") but an amount
+    it never stated; it was taken for what the reader had read and left out."""
+    dental = Passage(
+        1,
+        "Plano odontológico",
+        "Custos",
+        "O plano odontológico da Lumen é oferecido pela Sorriso Pleno Odonto, com cobertura "
+        "nacional. Ele é separado do plano de saúde: a adesão, os dependentes e os custos "
+        "seguem regras próprias.\n\n"
+        "| Beneficiário | Mensalidade | Quem paga |\n|---|---|---|\n"
+        "| Titular empregado | R$ 29,90 | 100% Lumen |\n"
+        "| Dependente | R$ 24,90 | 100% empregado, desconto em folha |\n\n"
+        "A adesão do titular é feita no Lumen Pessoas, em Benefícios > Odontológico. "
+        "Dependentes elegíveis são os mesmos do plano de saúde (cônjuge, companheiro, filhos "
+        "até 24 anos), mas a inclusão é independente. Adesões feitas em até 30 dias da "
+        "admissão não têm carência. Após cancelar, só é possível voltar ao plano depois de "
+        "12 meses.",
+        document="odonto",
+    )
+    history = [
+        HistoryMessage("user", "o plano de saude cobre dependente?"),
+        HistoryMessage(
+            "assistant",
+            "Sim. Cônjuge e filhos até 24 anos podem entrar; a Lumen paga 50% da mensalidade "
+            "de cada dependente e o restante é descontado em folha.",
+        ),
+    ]
+    query = "plano de saude cobre dependente o odonto (plano odontológico)"
+    rewrite = RewriteResult(
+        queries=[SearchQuery(query, "expand")],
+        backend="rules",
+        glossary_hits=[GlossaryHit("odonto", "plano odontológico")],
+    )
+    text = extractive_answer(
+        question="e o odonto?",
+        queries=[query],
+        passages=[dental],
+        language="pt",
+        rewrite=rewrite,
+        history=history,
+    )
+    assert "R$ 24,90" in text, text
+
+
 def test_an_image_is_never_an_answer_line() -> None:
     """MTRAG cloud: '![VMware Solutions and Red Hat OpenShift](https://…svg)' was a bullet."""
     page = Passage(
@@ -521,8 +567,6 @@ def test_a_question_that_only_names_its_topic_gets_the_pages_figures() -> None:
     and "valor" without the value came first; the day's value shares no word with the
     question. A question that names only its topic (its words in the page's title, or
     glossary terms whose expansion is) lifts the lines with figures."""
-    from retrieval.pipeline.types import GlossaryHit
-
     page = Passage(
         1,
         "Vale-refeição no trabalho remoto",
