@@ -21,16 +21,12 @@ def glossary_import(
         GlossaryEntry.objects.filter(collection=collection).exclude(
             term__in=[e.term for e in entries]
         ).delete()
+    write = (
+        GlossaryEntry.objects.get_or_create if only_new else GlossaryEntry.objects.update_or_create
+    )
     for entry in entries:
         values = {"expansion": entry.expansion, "area": entry.area or "", "active": True}
-        if only_new:
-            GlossaryEntry.objects.get_or_create(
-                collection=collection, term=entry.term, defaults=values
-            )
-        else:
-            GlossaryEntry.objects.update_or_create(
-                collection=collection, term=entry.term, defaults=values
-            )
+        write(collection=collection, term=entry.term, defaults=values)
     return len(entries)
 
 

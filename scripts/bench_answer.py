@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -20,7 +22,15 @@ from retrieval.pipeline.metrics import percentile  # noqa: E402
 from retrieval.pipeline.types import RewriteResult, SearchQuery  # noqa: E402
 
 
-def _report(label: str, times: list[float]) -> None:
+def _report(label: str, calls: Sequence[Callable[[], object]]) -> None:
+    """Time each call (three rounds) and print the spread."""
+    times = []
+    for call in [*calls] * 3:
+        start = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - start) * 1000)
+    if not times:
+        return
     print(
         f"{label}: {len(times)} answers, p50 {percentile(times, 50):.2f} ms, "
         f"p95 {percentile(times, 95):.2f} ms, max {max(times):.2f} ms"
@@ -46,27 +56,27 @@ def main() -> None:
         cases.append((task["question"], task.get("lang", "pt"), passages))
     for question, lang, passages in cases:  # warm up, as a running server is
         extractive_answer(question=question, queries=[], passages=passages, language=lang)
-    times = []
-    for question, lang, passages in cases * 3:
-        start = time.perf_counter()
-        extractive_answer(question=question, queries=[question], passages=passages, language=lang)
-        times.append((time.perf_counter() - start) * 1000)
-    _report("extractive answer", times)
+    one = [
+        partial(extractive_answer, question=q, queries=[q], passages=passages, language=lang)
+        for q, lang, passages in cases
+    ]
+    _report("extractive answer", one)
     split = []
     for question, lang, passages in cases:
         parts = [p.strip() + "?" for p in question.split("?") if len(p.split()) >= 2]
         if len(parts) >= 2:
-            queries = [SearchQuery(p, "decompose") for p in parts]
-            split.append((question, lang, passages, RewriteResult(queries, backend="rules")))
-    times = []
-    for question, lang, passages, rewrite in split * 3:
-        start = time.perf_counter()
-        extractive_answer(
-            question=question, queries=[], passages=passages, language=lang, rewrite=rewrite
-        )
-        times.append((time.perf_counter() - start) * 1000)
-    if times:
-        _report("split messages", times)
+            rewrite = RewriteResult([SearchQuery(p, "decompose") for p in parts], backend="rules")
+            split.append(
+                partial(
+                    extractive_answer,
+                    question=question,
+                    queries=[],
+                    passages=passages,
+                    language=lang,
+                    rewrite=rewrite,
+                )
+            )
+    _report("split messages", split)
 
 
 if __name__ == "__main__":

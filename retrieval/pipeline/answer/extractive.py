@@ -184,6 +184,13 @@ class _Line:
     joined: bool = False  # a sentence that goes on the previous line's paragraph
 
 
+_Key = tuple[int, int]  # a line's place: its passage's identity and its order there
+
+
+def _key(line: _Line) -> _Key:
+    return (id(line.passage), line.order)
+
+
 @lru_cache(maxsize=4)
 def _cue_stems(language: str) -> frozenset[str]:
     return frozenset(stem(w, language) for w in CUE_WORDS)
@@ -589,14 +596,15 @@ def _repeated(
 ) -> frozenset[int]:
     """The lines (by identity) whose words an earlier reply of the window mostly said, and
     whose amounts, if any, a reply stated."""
-    replies = [_content_stems(m.text, language) for m in history if m.role == "assistant"]
-    if not replies:
+    said = [m.text for m in history if m.role == "assistant"]
+    if not said:
         return frozenset()
-    out: set[int] = set()
+    replies = [_content_stems(text, language) for text in said]
     # A line with an amount no reply stated says something new in the words the reply
     # used: the dental plan's "Dependente — R$ 24,90; desconto em folha" after a reply on
     # the health plan's 50% for each dependent, "descontado em folha".
-    amounts = frozenset().union(*(_amounts(m.text) for m in history if m.role == "assistant"))
+    amounts = frozenset().union(*(_amounts(text) for text in said))
+    out: set[int] = set()
     for line in lines:
         mine = _content_stems(line.text, language)
         if (
@@ -635,13 +643,6 @@ def _said_only(history: Sequence[HistoryMessage], language: str) -> frozenset[st
         *(_content_stems(m.text, language) for m in history if m.role == "user")
     )
     return _content_stems(reply, language) - asked
-
-
-_Key = tuple[int, int]  # a line's place: its passage's identity and its order there
-
-
-def _key(line: _Line) -> _Key:
-    return (id(line.passage), line.order)
 
 
 @dataclass(frozen=True)
@@ -914,21 +915,19 @@ def _with_qualifiers(
     a qualquer momento, inclusive durante as férias." without "Porém, o aviso prévio não
     corre durante as férias")."""
     following = {
-        (id(line.passage), line.order): line
-        for line in lines
-        if line.joined and _QUALIFIER.match(normalize(line.text))
+        _key(line): line for line in lines if line.joined and _QUALIFIER.match(normalize(line.text))
     }
     if not following:
         return chosen
     out: list[tuple[float, _Line]] = []
-    merged: set[tuple[int, int]] = set()  # qualifiers now said with their sentence
+    merged: set[_Key] = set()  # qualifiers now said with their sentence
     for score, line in chosen:
         nxt = following.get((id(line.passage), line.order + 1))
         if nxt is not None and line.step is None:
             line = replace(line, text=f"{line.text} {nxt.text}", stems=line.stems | nxt.stems)
-            merged.add((id(nxt.passage), nxt.order))
+            merged.add(_key(nxt))
         out.append((score, line))
-    return [(s, line) for s, line in out if (id(line.passage), line.order) not in merged]
+    return [(s, line) for s, line in out if _key(line) not in merged]
 
 
 # A line that sends the reader to another page ("As regras de perda ... estão em política
@@ -1106,14 +1105,14 @@ def _with_steps(
     """A chosen numbered step brings its whole procedure when the question asks how; a
     chosen line that ends in ":" brings the list it introduces (up to LIST_ITEMS)."""
     out = list(chosen)
-    have = {(id(line.passage), line.order) for _, line in chosen}
+    have = {_key(line) for _, line in chosen}
     for score, line in chosen:
         if not line.text.endswith(":"):
             continue
         items = [o for o in lines if o.passage is line.passage and o.lead == line.order]
         for other in items[:LIST_ITEMS]:
-            if (id(other.passage), other.order) not in have:
-                have.add((id(other.passage), other.order))
+            if _key(other) not in have:
+                have.add(_key(other))
                 out.append((score - 1e-6, other))
     if kind != "steps":
         return out
@@ -1122,8 +1121,8 @@ def _with_steps(
             continue
         for other in lines:
             same = other.passage is line.passage and other.block == line.block
-            if same and (id(other.passage), other.order) not in have:
-                have.add((id(other.passage), other.order))
+            if same and _key(other) not in have:
+                have.add(_key(other))
                 out.append((score - 1e-6, other))
     return out
 
@@ -1144,7 +1143,7 @@ def _render(
     )
     # A list's items follow the line that introduces it, in their own order; an item chosen
     # without its introduction is an ordinary line.
-    present = {(id(line.passage), line.order) for _, line in chosen}
+    present = {_key(line) for _, line in chosen}
     nested = {
         id(line)
         for _, line in chosen
