@@ -32,6 +32,7 @@ from functools import lru_cache
 
 from ..asks import COUNTING_WORDS, CUE_WORDS, AnswerKind, answer_kind
 from ..rewrite_rules.cues import after_switch_announcement
+from ..rewrite_rules.slots import cases_in
 from ..text import (
     Token,
     detect_language,
@@ -169,6 +170,7 @@ TOPIC_FIGURE_BONUS = 1.0  # SPECIFIC_BONUS when it does: the page's figures are 
 REPEATED_SHARE = 0.6  # a line whose content words an earlier reply said this much of ...
 REPEATED_WORDS = 4  # ... (a line of at least this many content words) ...
 REPEATED_LINE = 0.5  # ... scores this much: the person has read it
+OTHER_CASE = 0.3  # a line about another country, parent or scope than the question
 
 
 @dataclass(frozen=True)
@@ -567,6 +569,7 @@ def extractive_answer(
         figures=TOPIC_FIGURE_BONUS
         if _names_only_its_topic(terms, context[id(passages[0])], rewrite, language)
         else SPECIFIC_BONUS,
+        cases=_cases(" ".join([question, *queries])),
     )
     return _render(question, language, kind, chosen)
 
@@ -706,6 +709,7 @@ def _answer_parts(
             # from asks about another topic: that page may yield to one that says the words
             # it lacks.
             firm_lead=part.lead not in leads,
+            cases=_cases(text),
         )
         leads.add(part.lead)
         # Two chunks of one document may repeat a line: it is said once.
@@ -786,6 +790,20 @@ def _joined_subjects(question: str, language: str, count: int) -> str:
     return ", ".join(subjects[:-1]) + joiner + subjects[-1]
 
 
+@lru_cache(maxsize=4096)
+def _cases(text: str) -> Mapping[str, frozenset[str]]:
+    """The countries, parent and scope a text is about (`cases_in`); a line's are asked for
+    by every part of a message and every turn that shows its passage."""
+    return cases_in(token_spans(text))
+
+
+def _other_case(line: _Line, cases: Mapping[str, frozenset[str]]) -> bool:
+    """Whether a line is about another case than the question's only: another country,
+    the other parent, abroad for home."""
+    mine = _cases(line.text)
+    return any(slot in mine and not mine[slot] & values for slot, values in cases.items())
+
+
 def _choose(
     lines: Sequence[_Line],
     passages: Sequence[Passage],
@@ -800,6 +818,7 @@ def _choose(
     figures: float = SPECIFIC_BONUS,
     firm_lead: bool = True,
     scores: Mapping[int, float] | None = None,
+    cases: Mapping[str, frozenset[str]] | None = None,
 ) -> list[tuple[float, _Line]]:
     """The lines that answer one question: its document's best, another topic's if asked.
 
@@ -818,7 +837,8 @@ def _choose(
                 if scores is not None
                 else _score(line, terms, idf, kind, context[id(line.passage)], figures)
             )
-            * (REPEATED_LINE if id(line) in repeated else 1.0),
+            * (REPEATED_LINE if id(line) in repeated else 1.0)
+            * (OTHER_CASE if cases and _other_case(line, cases) else 1.0),
             line,
         )
         for line in lines

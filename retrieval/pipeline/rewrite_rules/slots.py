@@ -164,10 +164,34 @@ def place_variants(word: str) -> tuple[str, ...]:
     return _VARIANTS.get(word, ())
 
 
-# Place words that name a city, not a country: no country filter comes from them.
-_CITIES = frozenset(
-    normalize("madrid barcelona santiago lisboa lisbon bogota lima londres london").split()
-)
+# Cities and their countries, in a name `country_key` knows: an answer line about
+# Montevidéu is about Uruguay (`places_in`). No country filter comes from a city (_CITIES).
+_CITY_COUNTRY: dict[tuple[str, ...], str] = {
+    ("madrid",): "espana",
+    ("barcelona",): "espana",
+    ("santiago",): "chile",
+    ("lisboa",): "portugal",
+    ("lisbon",): "portugal",
+    ("bogota",): "colombia",
+    ("lima",): "peru",
+    ("londres",): "uk",
+    ("london",): "uk",
+    ("montevideu",): "uruguay",
+    ("montevideo",): "uruguay",
+    ("assuncao",): "paraguay",
+    ("asuncion",): "paraguay",
+    ("brasilia",): "brasil",
+    ("paris",): "franca",
+    ("roma",): "italia",
+    ("rome",): "italia",
+    ("berlim",): "alemanha",
+    ("berlin",): "alemanha",
+    ("sao", "paulo"): "brasil",
+    ("rio", "de", "janeiro"): "brasil",
+    ("buenos", "aires"): "argentina",
+    ("cidade", "do", "mexico"): "mexico",
+}
+_CITIES = frozenset(words[0] for words in _CITY_COUNTRY if len(words) == 1)
 _COUNTRY_PHRASES: dict[tuple[str, ...], str] = {
     ("estados", "unidos"): "usa",
     ("united", "states"): "usa",
@@ -199,3 +223,64 @@ def country_spans(tokens: Sequence[Token]) -> list[tuple[int, int, str]]:
 def countries_in(tokens: Sequence[Token]) -> frozenset[str]:
     """Return the countries the tokens name, by their `country_key`."""
     return frozenset(key for _first, _last, key in country_spans(tokens))
+
+
+def places_in(tokens: Sequence[Token]) -> frozenset[str]:
+    """Return the countries the tokens name, a city's country included ("pra Montevidéu":
+    "uruguai"), by their `country_key`."""
+    words = [t.norm for t in tokens]
+    taken: set[int] = set()
+    cities = _phrase_spans(words, _CITY_COUNTRY, taken)
+    keys = {country_key(country) or country for _, _, country in cities}
+    for first, last, key in country_spans(tokens):
+        if not taken & set(range(first, last + 1)):
+            keys.add(key)
+    return frozenset(keys)
+
+
+# One name per case, in any language, for the slots an answer line can be about another
+# case of: a line on "maternidad" does not answer "paternidade", one on "paternidad" does.
+# Plurals are listed: "países" and "pais" ("pai") are one word once accents are gone.
+_CASES: dict[str, dict[str, str]] = {
+    "parent": {
+        **dict.fromkeys("pai paternidade padre paternidad father paternity".split(), "father"),
+        **dict.fromkeys("mae maternidade madre maternidad mother maternity".split(), "mother"),
+    },
+    "scope": {
+        **dict.fromkeys(
+            "nacional nacionais nacionales domestico domesticos domestic".split(), "home"
+        ),
+        **dict.fromkeys(
+            """internacional internacionais internacionales exterior estrangeiro extranjero
+            international abroad overseas""".split(),
+            "abroad",
+        ),
+    },
+}
+_CASE_PHRASES: dict[tuple[str, ...], str] = {
+    ("fora", "do", "pais"): "abroad",
+    ("fora", "do", "brasil"): "abroad",
+    ("fuera", "del", "pais"): "abroad",
+}
+
+
+def cases_in(tokens: Sequence[Token]) -> dict[str, frozenset[str]]:
+    """Return the cases the tokens are about, by slot, in one name for any language: the
+    countries ("place", `places_in`), a parent ("parent": "father", "mother") and home or
+    abroad ("scope": "home", "abroad"). A hyphenated word names its parts' cases
+    ("licença-maternidade")."""
+    words = [t.norm for t in tokens]
+    taken: set[int] = set()
+    found: dict[str, set[str]] = {}
+    for *_span, case in _phrase_spans(words, _CASE_PHRASES, taken):
+        found.setdefault("scope", set()).add(case)
+    for i, word in enumerate(words):
+        for part in word.split("-"):
+            for slot, names in _CASES.items():
+                if part in names and i not in taken:
+                    found.setdefault(slot, set()).add(names[part])
+    cases = {slot: frozenset(values) for slot, values in found.items()}
+    places = places_in(tokens)
+    if places:
+        cases["place"] = places
+    return cases

@@ -1170,3 +1170,68 @@ def test_a_pointer_to_a_page_about_something_not_asked_keeps_the_answer() -> Non
     body = text.split("\n\n", 1)[1]
     assert "cinco anos e 11 meses" in body
     assert "R$ 900,00" not in body
+
+
+LEAVES = Passage(
+    1,
+    "Licencias por nacimiento",
+    "Uruguay",
+    "Las trabajadoras tienen derecho a una licencia por maternidad de 14 semanas, que "
+    "comienza seis semanas antes de la fecha prevista de parto, paga por el Banco de "
+    "Previsión Social con un complemento de la empresa. Los trabajadores tienen derecho a "
+    "una licencia por paternidad de 13 días continuos: tres días pagos por la empresa y "
+    "diez días con subsidio del Banco de Previsión Social.",
+    document="licencias",
+)
+
+
+def test_a_line_about_the_other_parent_is_not_the_answer() -> None:
+    """ptes-dev: 'la licencia por paternidad la paga el BPS o la empresa?' had the maternity
+    line second: it says "licencia", "BPS" and "empresa" too, but of the other parent."""
+    query = "la licencia por paternidad la paga el BPS (Banco de Previsión Social) o la empresa?"
+    text = extractive_answer(
+        question="la licencia por paternidad la paga el BPS o la empresa?",
+        queries=[query],
+        passages=[LEAVES],
+        language="es",
+        rewrite=RewriteResult(
+            queries=[SearchQuery(query, "expand")],
+            backend="rules",
+            glossary_hits=[GlossaryHit("BPS", "Banco de Previsión Social")],
+        ),
+    )
+    assert "13 días continuos" in text, text
+    assert "maternidad" not in text, text
+
+
+def test_a_line_about_the_same_parent_in_the_other_language_stays() -> None:
+    """A Spanish question over a Portuguese page: "paternidad" and "paternidade" are one case."""
+    page = Passage(
+        1,
+        "Licença-paternidade",
+        "Brasil",
+        "A Cooperativa concede licença-paternidade de 20 dias corridos aos colaboradores "
+        "efetivos. A licença-maternidade é de 180 dias.",
+        document="licenca",
+    )
+    text = _answer("cuántos días dan por paternidad en Brasil?", page, language="es")
+    assert "20 dias corridos" in text, text
+    assert "180 dias" not in text, text
+
+
+def test_a_line_about_another_country_or_city_is_not_the_answer() -> None:
+    """ptes-dev: 'cuánto es el viático para ir a Brasil?' had Uruguay's daily allowance second;
+    a city stands for its country ("pra Montevidéu": Uruguay)."""
+    page = Passage(
+        1,
+        "Viáticos",
+        "Valores",
+        "Para viajes a Brasil, el viático es de US$ 60 por día, acreditado en la tarjeta "
+        "corporativa. El personal que viaja por trabajo dentro de Uruguay recibe un viático "
+        "diario de $U 2.200 cuando el viaje implica pernocte.",
+        document="viaticos",
+    )
+    text = _answer("cuánto es el viático para ir a Brasil?", page, language="es")
+    assert "US$ 60" in text and "$U 2.200" not in text, text
+    text = _answer("y cuánto es el viático si voy a Montevideo?", page, language="es")
+    assert text.split("\n\n", 1)[1].lstrip("- ").startswith("El personal"), text

@@ -69,3 +69,23 @@ def test_a_carried_country_counts_when_the_earlier_question_placed_it() -> None:
     assert turn_countries([contextual], ["quanto é a diária para ir a Chile?"]) == frozenset()
     plain = SearchQuery("si renuncio antes vacaciones Chile", "normalize")
     assert turn_countries([plain], earlier) == frozenset()
+
+
+def test_the_cases_a_text_is_about_are_named_alike_in_every_language() -> None:
+    from retrieval.pipeline.rewrite_rules.slots import cases_in
+    from retrieval.pipeline.text import token_spans
+
+    def cases(text: str) -> dict[str, frozenset[str]]:
+        return cases_in(token_spans(text))
+
+    assert cases("licencia por paternidad") == cases("licença-paternidade")
+    assert cases("licença-maternidade") == {"parent": frozenset({"mother"})}
+    assert (
+        cases("viagem pra Montevidéu")
+        == cases("viaje a Uruguay")
+        == {"place": frozenset({"uruguai"})}
+    )
+    assert cases("vou pra Buenos Aires") == cases("voy a Argentina")
+    assert cases("e se for pra fora do país?") == cases("viagens internacionais")
+    assert cases("viagens nacionais") == {"scope": frozenset({"home"})}
+    assert cases("meus pais moram comigo") == {}  # "pais" is no father once accents go
