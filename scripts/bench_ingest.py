@@ -1,7 +1,8 @@
 """Benchmark ingestion on mixed-length passages: the raw engine, the app, 1 vs 2 workers.
 
 Usage: python scripts/bench_ingest.py [--corpus ../shared/data/mtrag-dev/clapnq/corpus.jsonl]
-       [--passages 512] [--seed 7] [--broker redis://127.0.0.1:6379/14] [--json out.json]
+       [--passages 512] [--seed 7] [--rounds 2] [--broker redis://127.0.0.1:6379/14]
+       [--json out.json]
 
 A seeded sample of `--passages` passages of the MTRAG dev corpus (forum and encyclopedia
 text, tens to hundreds of tokens: where padding and batching show) is written as Markdown
@@ -14,6 +15,10 @@ the very texts the app embeds for them (parsed, chunked, with title context) are
 - app, 1 worker: a real Celery worker (`--pool solo`, one OpenMP thread) running the
   ingestion job of those files into a scratch collection, job created to job finished;
 - app, 2 workers: the same job with two such workers (the job is split into parts).
+
+Each job runs `--rounds` times (1 and 2 workers alternated) and its less disturbed run
+counts, as the raw engine's less disturbed of two runs does: the machine's load moves one
+run by up to ±10 % (raw best-order runs of 99 and 119 s in one sitting).
 
 passages/s and tokens/s (the engine's own token count) of each, and the ratios. The broker is
 `--broker` (Redis), else REDIS_URL, else the filesystem broker in a temporary folder. Runs
@@ -174,7 +179,18 @@ def measure_job(paths: list[Path], workers: int, env: dict[str, str], logs: Path
         "parts": job.report.get("parts", 1),
         "workers_that_ran_parts": len(job.report.get("workers", [])),
         "seconds": seconds,
+        "embed_seconds": float(job.report.get("embed_seconds", 0.0)),
     }
+
+
+def _less_disturbed(best: dict[str, Any] | None, run: dict[str, Any]) -> dict[str, Any]:
+    """The faster of two runs of one job, with the seconds of every run; a failed run is
+    the one kept, so that it shows."""
+    runs = [*(best or {}).get("runs", []), run["seconds"]]
+    both = [r for r in (best, run) if r is not None]
+    failed = [r for r in both if r["status"] != "done"]
+    chosen = failed[0] if failed else min(both, key=lambda r: float(r["seconds"]))
+    return {**chosen, "runs": runs}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--broker", default=os.environ.get("REDIS_URL", ""))
     parser.add_argument("--skip", default="", help="parts to skip: raw,1,2")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="runs of each job, the less disturbed counts"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--raw-child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=0, help=argparse.SUPPRESS)
@@ -243,9 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if "raw" not in skip:
             out["raw"] = measure_raw(texts, batch, env)
-        for workers in (1, 2):
-            if str(workers) not in skip:
-                out[f"job_{workers}w"] = measure_job(paths, workers, env, logs)
+        for _ in range(args.rounds):  # alternated, as the raw runs are
+            for workers in (1, 2):
+                if str(workers) not in skip:
+                    key = f"job_{workers}w"
+                    out[key] = _less_disturbed(out.get(key), measure_job(paths, workers, env, logs))
     finally:
         from retrieval.models import Collection
 
@@ -295,7 +316,9 @@ def report(out: dict[str, Any]) -> None:
             print(
                 f"  {key}: {job['status']} {job['documents']} documents, {job['chunks']} chunks, "
                 f"{job['parts']} part(s) run by {job['workers_that_ran_parts']} worker(s), "
-                f"{job['seconds']:.1f} s {job['error']}"
+                f"{job['seconds']:.1f} s, the engine {job.get('embed_seconds', 0):.1f} s (runs: "
+                + ", ".join(f"{s:.1f}" for s in job.get("runs", [job["seconds"]]))
+                + f") {job['error']}"
             )
 
     def ratio(a: str, b: str) -> str:

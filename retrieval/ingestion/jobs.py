@@ -364,6 +364,8 @@ def _reports_merge(
     }
     merged["errors"] = [*listed, *(e for r in reports for e in r.get("errors", []))]
     merged["seconds"] = round(max((float(r.get("seconds", 0)) for r in reports), default=0.0), 2)
+    # The engine's time, all parts together (the parts may have run side by side).
+    merged["embed_seconds"] = round(sum(float(r.get("embed_seconds", 0)) for r in reports), 2)
     embedder_errors = [r["embedder_error"] for r in reports if r.get("embedder_error")]
     if embedder_errors:
         merged["embedder_error"] = embedder_errors[0]

@@ -85,6 +85,7 @@ class IngestReport:
             "removed": self.count("removed"),
             "errors": [{"document": o.external_id, "error": o.error} for o in self.errors],
             "chunks_embedded": self.chunks_embedded,
+            "embed_seconds": round(self.embed_seconds, 2),
             "seconds": round(self.seconds, 2),
             **({"embedder_error": self.embedder_error} if self.embedder_error else {}),
         }

@@ -299,3 +299,18 @@ def test_worker_killed_mid_part_fails_the_split_job_and_its_retry_completes(
     assert retry.report["parts"] == 3 and retry.report["added"] >= 2
     assert retry.report["added"] + retry.report["unchanged"] == len(NAMES)
     assert _documents() == {name: [0, 1] for name in NAMES}
+
+
+def test_the_parts_engine_seconds_add_up_and_the_job_lasts_as_its_longest_part() -> None:
+    from retrieval.ingestion.jobs import _reports_merge
+
+    merged = _reports_merge(
+        [
+            {"added": 2, "chunks_embedded": 4, "embed_seconds": 1.25, "seconds": 2.0},
+            {"added": 1, "chunks_embedded": 2, "embed_seconds": 2.5, "seconds": 3.0},
+        ],
+        listed=[],
+        errors=[],
+    )
+    assert (merged["added"], merged["chunks_embedded"]) == (3, 6)
+    assert (merged["embed_seconds"], merged["seconds"]) == (3.75, 3.0)
