@@ -8,8 +8,8 @@ Files are untrusted (anyone with upload rights, or a shared folder): every parse
   elements and uncompressed size (a 27 KB .docx can hold millions of empty paragraphs), and
   the text a compressed file (PDF, DOCX) may yield per byte of itself: a 27 KB .docx that
   repeats one paragraph gave 4.8 million characters, minutes of embedding for the worker.
-- `parse_file_isolated` runs the parser in a forked child with a time limit and a memory
-  budget: a parser library stuck on a crafted file costs its seconds, not the worker.
+- `parse_files_isolated` runs the parser in a forked child with a time limit per file and a
+  memory budget: a parser library stuck on a crafted file costs its seconds, not the worker.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import multiprocessing
 import os
 import re
 import resource
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -488,54 +488,90 @@ def parse_file(
     return parsed
 
 
-def _parse_in_child(writer: Any, path: Path, max_bytes: int, limits: ParseLimits) -> None:
+def _parse_result(path: Path, max_bytes: int, limits: ParseLimits) -> tuple[str, Any]:
+    try:
+        return ("ok", parse_file(path, max_bytes=max_bytes, limits=limits))
+    except ParseError as exc:
+        return ("error", str(exc))
+    except MemoryError:
+        return ("error", f"needs more than {limits.memory_mb} MB of memory to read")
+    except Exception as exc:  # a parser library choking on a corrupt file
+        return ("error", f"unreadable ({exc.__class__.__name__})")
+
+
+def _parse_in_child(conn: Any, paths: Sequence[Path], max_bytes: int, limits: ParseLimits) -> None:
     # Address space: what the parent had (inherited, mostly shared) plus the budget.
     with open("/proc/self/statm") as statm:
         current = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     budget = current + limits.memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (budget, budget))
-    try:
-        result: tuple[str, Any] = ("ok", parse_file(path, max_bytes=max_bytes, limits=limits))
-    except ParseError as exc:
-        result = ("error", str(exc))
-    except MemoryError:
-        result = ("error", f"needs more than {limits.memory_mb} MB of memory to read")
-    except Exception as exc:  # a parser library choking on a corrupt file
-        result = ("error", f"unreadable ({exc.__class__.__name__})")
-    writer.send(result)
-    writer.close()
+    for path in paths:
+        conn.recv()  # the parent's go: each file's time is counted from its start
+        conn.send(_parse_result(path, max_bytes, limits))
+    conn.close()
 
 
-def parse_file_isolated(
-    path: Path, *, max_bytes: int, limits: ParseLimits = DEFAULT_LIMITS
-) -> ParsedDocument:
-    """`parse_file` in a forked child, killed after `limits.seconds`, within a memory budget.
+def parse_files_isolated(
+    paths: Sequence[Path],
+    *,
+    max_bytes: int,
+    limits: ParseLimits = DEFAULT_LIMITS,
+    on_file: Callable[[Path], object] | None = None,
+) -> Iterator[tuple[Path, ParsedDocument | ParseError]]:
+    """`parse_file` of each path in a forked child, each file within `limits.seconds` and
+    the child within a memory budget; yields (path, document or error) in order.
 
-    Fork, not spawn: the child starts at once with the parsers already imported (the parent
-    imports them first, so no import lock held by another thread can be inherited).
+    One child reads the files one at a time, each when the parent asks for it (a fork cost
+    more than reading a page of text: 7-20 ms against 0.02 ms); a file that runs past its
+    time or kills the child is that file's error, and a new child reads the rest. `on_file`
+    hears each file before it is read. Fork, not spawn: the child starts at once with the
+    parsers already imported (the parent imports them first, so no import lock held by
+    another thread can be inherited).
     """
     import docx  # noqa: F401 - imported before forking, see above
     import pypdf  # noqa: F401
 
     context = multiprocessing.get_context("fork")
-    reader, writer = context.Pipe(duplex=False)
-    child = context.Process(
-        target=_parse_in_child, args=(writer, path, max_bytes, limits), daemon=True
-    )
-    child.start()
-    writer.close()
-    try:
-        if not reader.poll(limits.seconds):
-            raise ParseError(f"took more than {limits.seconds:g} s to read")
-        kind, value = reader.recv()
-    except EOFError:  # killed: out of memory in C code, or a signal
-        raise ParseError("the parser stopped on this file (too big or malformed)") from None
-    finally:
-        reader.close()
-        if child.is_alive():
-            child.kill()
-        child.join()
-    if kind != "ok":
-        raise ParseError(str(value))
-    parsed: ParsedDocument = value
-    return parsed
+    pending = list(paths)
+    while pending:
+        conn, child_conn = context.Pipe()
+        child = context.Process(
+            target=_parse_in_child, args=(child_conn, pending, max_bytes, limits), daemon=True
+        )
+        child.start()
+        child_conn.close()
+        try:
+            while pending:
+                path = pending.pop(0)
+                if on_file is not None:
+                    on_file(path)
+                error: ParseError | None = None
+                try:
+                    conn.send(True)
+                    if conn.poll(limits.seconds):
+                        kind, value = conn.recv()
+                    else:
+                        error = ParseError(f"took more than {limits.seconds:g} s to read")
+                except (EOFError, BrokenPipeError):  # killed: out of memory in C code, a signal
+                    error = ParseError("the parser stopped on this file (too big or malformed)")
+                if error is not None:
+                    child.kill()  # the rest of the files go to a new child
+                    yield path, error
+                    break
+                yield path, (value if kind == "ok" else ParseError(str(value)))
+        finally:
+            conn.close()
+            if child.is_alive():
+                child.kill()
+            child.join()
+
+
+def parse_file_isolated(
+    path: Path, *, max_bytes: int, limits: ParseLimits = DEFAULT_LIMITS
+) -> ParsedDocument:
+    """`parse_file` in a forked child, killed after `limits.seconds`, within a memory budget
+    (`parse_files_isolated` of one file)."""
+    [(_, result)] = parse_files_isolated([path], max_bytes=max_bytes, limits=limits)
+    if isinstance(result, ParseError):
+        raise result
+    return result

@@ -32,7 +32,14 @@ from retrieval.pipeline.search import VOCABULARY_REBUILD_SQL
 from retrieval.services import default_language
 
 from .chunking import ChunkDraft, Section, chunk_sections
-from .parsers import SUPPORTED_SUFFIXES, ParseError, ParseLimits, parse_file_isolated
+from .parsers import (
+    SUPPORTED_SUFFIXES,
+    ParsedDocument,
+    ParseError,
+    ParseLimits,
+    parse_file_isolated,
+    parse_files_isolated,
+)
 
 CHUNKER_VERSION = "1"
 Progress = Callable[[int, int, str], None]
@@ -113,6 +120,10 @@ def source_from_file(path: Path, *, root: Path) -> SourceDocument:
     parsed = parse_file_isolated(
         path, max_bytes=settings.CHATRAG_MAX_UPLOAD_MB * 1_000_000, limits=parse_limits()
     )
+    return _source(parsed, path, root=root)
+
+
+def _source(parsed: ParsedDocument, path: Path, *, root: Path) -> SourceDocument:
     relative = path.relative_to(root) if path.is_relative_to(root) else Path(path.name)
     meta = parsed.metadata
     groups = tuple(g.strip() for g in meta.get("groups", "").split(",") if g.strip())
@@ -468,16 +479,19 @@ def sources_from_files(
 ) -> list[SourceDocument | FileOutcome]:
     """Parse (file, root) pairs from `iter_files`; a file that fails is an error outcome."""
     items: list[SourceDocument | FileOutcome] = []
-    for path, root in files:
-        if on_file is not None:
-            on_file(path)
+    parsed_files = parse_files_isolated(
+        [path for path, _ in files],
+        max_bytes=settings.CHATRAG_MAX_UPLOAD_MB * 1_000_000,
+        limits=parse_limits(),
+        on_file=on_file,
+    )
+    for (path, root), (_, parsed) in zip(files, parsed_files, strict=True):
+        if isinstance(parsed, ParseError):
+            items.append(FileOutcome(str(path), "error", error=str(parsed)))
+            continue
         try:
-            items.append(source_from_file(path, root=root))
-        except ParseError as exc:
-            items.append(FileOutcome(str(path), "error", error=str(exc)))
-        except (
-            Exception
-        ) as exc:  # a parser library choking on a corrupt file must not stop the rest
+            items.append(_source(parsed, path, root=root))
+        except Exception as exc:  # odd metadata must not stop the rest
             error = f"unreadable ({exc.__class__.__name__})"
             items.append(FileOutcome(str(path), "error", error=error))
     return items
