@@ -32,6 +32,7 @@ from functools import lru_cache
 
 from ..asks import COUNTING_WORDS, CUE_WORDS, AnswerKind, answer_kind
 from ..rewrite_rules.cues import after_switch_announcement
+from ..rewrite_rules.lexicon import edit_distance
 from ..rewrite_rules.slots import cases_in
 from ..text import (
     Token,
@@ -535,17 +536,18 @@ def extractive_answer(
     idf = _idf(lines, df, n_chunks, language)
     context = {id(p): _stems(p.heading, language) | _stems(p.title, language) for p in passages}
     parts = _sub_questions(question, rewrite)
+    shown = _spelled(question, rewrite, lines)  # the opening line repeats it
     if len(parts) >= 2:
         # Two questions in one message: each answered from its own document.
         chosen = _answer_parts(
             parts, lines, passages, order, rankings or {}, idf, context, language
         )
         return _render(
-            question,
+            shown,
             language,
             None,
             chosen,
-            subject=_joined_subjects(question, language, len(parts)),
+            subject=_joined_subjects(shown, language, len(parts)),
         )
     kind = answer_kind(question)
     terms = _question_terms(question, queries, rewrite, language)
@@ -571,7 +573,32 @@ def extractive_answer(
         else SPECIFIC_BONUS,
         cases=_cases(" ".join([question, *queries])),
     )
-    return _render(question, language, kind, chosen)
+    return _render(shown, language, kind, chosen)
+
+
+def _spelled(question: str, rewrite: RewriteResult | None, lines: Sequence[_Line]) -> str:
+    """The question with the rewrite's spelling fixes, each as the documents write it
+    ("estagiaro" -> "estagiário", "reenbolso" -> "reembolso"): the opening line repeats the
+    person's words, not their typos. Only a one-letter slip is fixed there ("perdio" ->
+    "perdida", "terceirizados" -> "terceirizada" change the word, not its spelling), and
+    only as the shown lines write it (the vocabulary's words carry no accents)."""
+    fixes = rewrite.corrections if rewrite is not None else {}
+    if not fixes:
+        return question
+    written: dict[str, str] = {}
+    for line in lines:
+        for token in token_spans(line.text):
+            written.setdefault(token.norm, token.text)
+    out = question
+    for token in reversed(token_spans(question)):
+        fix = fixes.get(token.norm)
+        if fix is None or edit_distance(token.norm, normalize(fix)) > 1:
+            continue
+        surface = written.get(normalize(fix))
+        if surface is not None:
+            surface = surface.lower() if token.text.islower() else surface
+            out = out[: token.start] + surface + out[token.end :]
+    return out
 
 
 def _names_only_its_topic(

@@ -1235,3 +1235,33 @@ def test_a_line_about_another_country_or_city_is_not_the_answer() -> None:
     assert "US$ 60" in text and "$U 2.200" not in text, text
     text = _answer("y cuánto es el viático si voy a Montevideo?", page, language="es")
     assert text.split("\n\n", 1)[1].lstrip("- ").startswith("El personal"), text
+
+
+def test_the_opening_line_repeats_the_question_without_its_typos() -> None:
+    """ptes-dev: 'estagiaro tem recesso remunerado quantos dias' opened "Sobre o prazo —
+    estagiaro tem recesso…": the rewrite's spelling fix is shown as the page writes it
+    (with its accent); a fix that changes the word ("terceirizados" -> "terceirizada") is not."""
+    page = Passage(
+        1,
+        "Programa de estágio",
+        "Recesso",
+        "Conforme a Lei do Estágio, o estagiário tem direito a recesso remunerado de 30 dias "
+        "a cada 12 meses de estágio. Prestadores terceirizada não têm recesso.",
+        document="estagio",
+    )
+    question = "estagiaro terceirizados tem recesso remunerado quantos dias"
+    query = "estagiario terceirizada tem recesso remunerado quantos dias"
+    text = extractive_answer(
+        question=question,
+        queries=[query],
+        passages=[page],
+        language="pt",
+        rewrite=RewriteResult(
+            queries=[SearchQuery(query, "expand")],
+            backend="rules",
+            corrections={"estagiaro": "estagiario", "terceirizados": "terceirizada"},
+        ),
+    )
+    opening = text.split("\n", 1)[0]
+    assert "estagiário terceirizados tem recesso" in opening, opening
+    assert "30 dias" in text, text
