@@ -199,7 +199,10 @@ def _cue_stems(language: str) -> frozenset[str]:
     return frozenset(stem(w, language) for w in CUE_WORDS)
 
 
+@lru_cache(maxsize=8192)
 def _stems(text: str, language: str) -> frozenset[str]:
+    """A line's stems; the pages a turn shows come back turn after turn, their lines with
+    them, and splitting words was most of the cost of reading a line."""
     return frozenset(stem(t.text, language) for t in token_spans(text))
 
 
@@ -657,6 +660,7 @@ def _amounts(text: str) -> frozenset[str]:
     return frozenset(" ".join(m.split()) for m in _AMOUNT.findall(normalize(text)))
 
 
+@lru_cache(maxsize=4096)
 def _content_stems(text: str, language: str) -> frozenset[str]:
     stop = stopwords_for(language)
     return frozenset(
