@@ -586,18 +586,20 @@ def _spelled(question: str, rewrite: RewriteResult | None, lines: Sequence[_Line
     "perdida", "terceirizados" -> "terceirizada" change the word, not its spelling), and
     only as the shown lines write it (the vocabulary's words carry no accents)."""
     fixes = rewrite.corrections if rewrite is not None else {}
-    if not fixes:
+    slips: list[tuple[Token, str]] = []  # each slip and how the vocabulary writes its fix
+    for token in token_spans(question):
+        fix = normalize(fixes.get(token.norm, ""))
+        if fix and edit_distance(token.norm, fix) <= 1:
+            slips.append((token, fix))
+    if not slips:
         return question
     written: dict[str, str] = {}
     for line in lines:
-        for token in token_spans(line.text):
-            written.setdefault(token.norm, token.text)
+        for word in token_spans(line.text):
+            written.setdefault(word.norm, word.text)
     out = question
-    for token in reversed(token_spans(question)):
-        fix = fixes.get(token.norm)
-        if fix is None or edit_distance(token.norm, normalize(fix)) > 1:
-            continue
-        surface = written.get(normalize(fix))
+    for token, key in reversed(slips):
+        surface = written.get(key)
         if surface is not None:
             surface = surface.lower() if token.text.islower() else surface
             out = out[: token.start] + surface + out[token.end :]
@@ -860,7 +862,8 @@ def _choose(
     isso leva pra cair na conta?" after the notice period got the notice period's rule
     again). `figures` is the share of the best word's weight that a line with a figure
     gains when no kind of answer is asked. `scores` are the lines' scores already computed
-    with these terms (by the line's identity)."""
+    with these terms (by the line's identity). A line about another of the `cases` the
+    question names (`_other_case`) counts OTHER_CASE as much."""
     every = [
         (
             (

@@ -257,11 +257,8 @@ _CASES: dict[str, dict[str, str]] = {
         ),
     },
 }
-_CASE_PHRASES: dict[tuple[str, ...], str] = {
-    ("fora", "do", "pais"): "abroad",
-    ("fora", "do", "brasil"): "abroad",
-    ("fuera", "del", "pais"): "abroad",
-}
+# The scope's phrases all say abroad ("fora do país", "fuera del país").
+_CASE_PHRASES = {phrase: "abroad" for phrase, slot in _SLOT_PHRASES.items() if slot == "scope"}
 
 
 def cases_in(tokens: Sequence[Token]) -> dict[str, frozenset[str]]:
@@ -275,9 +272,11 @@ def cases_in(tokens: Sequence[Token]) -> dict[str, frozenset[str]]:
     for *_span, case in _phrase_spans(words, _CASE_PHRASES, taken):
         found.setdefault("scope", set()).add(case)
     for i, word in enumerate(words):
+        if i in taken:
+            continue
         for part in word.split("-"):
             for slot, names in _CASES.items():
-                if part in names and i not in taken:
+                if part in names:
                     found.setdefault(slot, set()).add(names[part])
     cases = {slot: frozenset(values) for slot, values in found.items()}
     places = places_in(tokens)
