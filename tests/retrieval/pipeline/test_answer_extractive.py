@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from retrieval.pipeline.answer import Passage, clean_citations, extractive_answer
@@ -36,6 +38,21 @@ def _answer(question: str, *passages: Passage, **kwargs: object) -> str:
         passages=list(passages),
         language=str(kwargs.pop("language", "pt")),
         **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def _expanded(question: str, query: str, *passages: Passage, **kwargs: Any) -> str:
+    """The answer to `question` that the rules rewrite searched as `query`; `kwargs` go to
+    the rewrite (glossary hits, spelling fixes), but `language` and `history`."""
+    language = str(kwargs.pop("language", "pt"))
+    history = kwargs.pop("history", ())
+    return extractive_answer(
+        question=question,
+        queries=[query],
+        passages=list(passages),
+        language=language,
+        rewrite=RewriteResult(queries=[SearchQuery(query, "expand")], backend="rules", **kwargs),
+        history=history,
     )
 
 
@@ -529,18 +546,11 @@ def test_a_line_with_an_amount_the_replies_never_stated_is_new() -> None:
             "de cada dependente e o restante é descontado em folha.",
         ),
     ]
-    query = "plano de saude cobre dependente o odonto (plano odontológico)"
-    rewrite = RewriteResult(
-        queries=[SearchQuery(query, "expand")],
-        backend="rules",
+    text = _expanded(
+        "e o odonto?",
+        "plano de saude cobre dependente o odonto (plano odontológico)",
+        dental,
         glossary_hits=[GlossaryHit("odonto", "plano odontológico")],
-    )
-    text = extractive_answer(
-        question="e o odonto?",
-        queries=[query],
-        passages=[dental],
-        language="pt",
-        rewrite=rewrite,
         history=history,
     )
     assert "R$ 24,90" in text, text
@@ -1188,17 +1198,12 @@ LEAVES = Passage(
 def test_a_line_about_the_other_parent_is_not_the_answer() -> None:
     """ptes-dev: 'la licencia por paternidad la paga el BPS o la empresa?' had the maternity
     line second: it says "licencia", "BPS" and "empresa" too, but of the other parent."""
-    query = "la licencia por paternidad la paga el BPS (Banco de Previsión Social) o la empresa?"
-    text = extractive_answer(
-        question="la licencia por paternidad la paga el BPS o la empresa?",
-        queries=[query],
-        passages=[LEAVES],
+    text = _expanded(
+        "la licencia por paternidad la paga el BPS o la empresa?",
+        "la licencia por paternidad la paga el BPS (Banco de Previsión Social) o la empresa?",
+        LEAVES,
         language="es",
-        rewrite=RewriteResult(
-            queries=[SearchQuery(query, "expand")],
-            backend="rules",
-            glossary_hits=[GlossaryHit("BPS", "Banco de Previsión Social")],
-        ),
+        glossary_hits=[GlossaryHit("BPS", "Banco de Previsión Social")],
     )
     assert "13 días continuos" in text, text
     assert "maternidad" not in text, text
@@ -1249,18 +1254,11 @@ def test_the_opening_line_repeats_the_question_without_its_typos() -> None:
         "a cada 12 meses de estágio. Prestadores terceirizada não têm recesso.",
         document="estagio",
     )
-    question = "estagiaro terceirizados tem recesso remunerado quantos dias"
-    query = "estagiario terceirizada tem recesso remunerado quantos dias"
-    text = extractive_answer(
-        question=question,
-        queries=[query],
-        passages=[page],
-        language="pt",
-        rewrite=RewriteResult(
-            queries=[SearchQuery(query, "expand")],
-            backend="rules",
-            corrections={"estagiaro": "estagiario", "terceirizados": "terceirizada"},
-        ),
+    text = _expanded(
+        "estagiaro terceirizados tem recesso remunerado quantos dias",
+        "estagiario terceirizada tem recesso remunerado quantos dias",
+        page,
+        corrections={"estagiaro": "estagiario", "terceirizados": "terceirizada"},
     )
     opening = text.split("\n", 1)[0]
     assert "estagiário terceirizados tem recesso" in opening, opening
