@@ -362,39 +362,50 @@ async def retrieve(
     reply = reply_probe([(m.role, m.text) for m in window]) if probe else None
     probes = [text for text in (probe, reply) if text]
     texts = [q.text for q in queries] + probes
-    t = time.perf_counter()
-    vectors: list[list[float]] = []
-    # The probe runs on the full-text leg only: the topic's own words locate the
-    # conversation well enough, and one embedding less is most of the probe's cost.
-    embedded = [q.text for q in queries]
-    if embedded and embedder is None:
-        errors.append("vector search off: the collection was embedded with another model")
-    elif embedded and embedder is not None:
-        try:
-            vectors = await asyncio.to_thread(_embed, embedder, queries)
-        except Exception as exc:  # any embedder failure: fall back to full-text only below
-            errors.append(f"embedding failed: {exc}")
-    timings["embed"] = _ms(t)
-
-    t = time.perf_counter()
-    if not vectors:  # embedder down: each query runs with its full-text leg only
-        vectors = [[] for _ in embedded]
-    vectors = vectors + [[] for _ in probes]
     hints = [q.area for q in queries] + [None for _ in probes]
     # A hypothetical answer is searched on the vector leg alone (hyde.py says why).
     full_text = [q.type != "hyde" for q in queries] + [True for _ in probes]
     requests = [
-        SearchRequest(text=without_asking_words(text), vector=vector, area=area, full_text=ft)
-        for text, vector, area, ft in zip(texts, vectors, hints, full_text, strict=True)
+        SearchRequest(text=without_asking_words(text), vector=(), area=area, full_text=ft)
+        for text, area, ft in zip(texts, hints, full_text, strict=True)
     ]
+    # The probe runs on the full-text leg only: the topic's own words locate the
+    # conversation well enough, and one embedding less is most of the probe's cost.
+    embedding = bool(queries) and embedder is not None
+    if queries and embedder is None:
+        errors.append("vector search off: the collection was embedded with another model")
+
+    def vectors() -> list[list[float]]:
+        """The queries' vectors, then none for the probes; none at all if the embedder fails
+        (each query then runs with its full-text leg only)."""
+        started = time.perf_counter()
+        found: list[list[float]] = []
+        if embedder is not None:
+            try:
+                found = _embed(embedder, queries)
+            except Exception as exc:  # any embedder failure: full-text only
+                errors.append(f"embedding failed: {exc}")
+        timings["embed"] = _ms(started)
+        return (found or [[] for _ in queries]) + [[] for _ in probes]
+
+    t = time.perf_counter()
     results: list[list[Hit]] = []
     if requests:
         try:
-            results = await asyncio.to_thread(engine.search_many, requests, scope, settings.search)
+            if embedding:  # the full-text legs run while the queries are embedded
+                results = await asyncio.to_thread(
+                    engine.search_while_embedding, requests, scope, settings.search, vectors
+                )
+            else:
+                results = await asyncio.to_thread(
+                    engine.search_many, requests, scope, settings.search
+                )
         except Exception as exc:  # the database failing must still end the turn with a message
             errors.append(f"search failed: {exc.__class__.__name__}")
             results = [[] for _ in requests]
-    timings["search"] = _ms(t)
+    # "search": what the searches added to the embedding (the full-text legs overlap it).
+    embed_ms = timings.setdefault("embed", 0.0)
+    timings["search"] = round(max(0.0, _ms(t) - embed_ms), 2)
     reply_hits = results.pop() if reply else None
     topic_hits = results.pop() if probe else None
     queries, results = _decide_reading(rewrite, queries, results, topic_hits, turn_language)

@@ -17,9 +17,9 @@ import re
 import threading
 import time
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from psycopg import Connection
@@ -348,14 +348,31 @@ _NO_TEXT_LEG = f"txt AS ({_NO_VEC_LEG})"
 # collection is checked on the matched rows instead. A small collection in a large table
 # keeps the indexable form, where that bitmap does pay.
 _IN_COLLECTION = {False: " = %(collection)s", True: " + 0 = %(collection)s"}
+# The full-text leg's ranks as an earlier statement found them (`text_leg_ranks`): the
+# search while the query is embedded runs its text leg first, then this with the vector leg.
+_GIVEN_TEXT_LEG = """txt AS (
+    SELECT * FROM unnest(%(text_ids)s::bigint[], %(text_ranks)s::bigint[]) AS t(id, rank)
+)"""
+# How a statement gets its full-text leg: computed in it, given, or none.
+TextLeg = Literal["sql", "given", "none"]
+_TEXT_LEGS: dict[TextLeg, str] = {
+    "sql": _TEXT_LEG.strip(),
+    "given": _GIVEN_TEXT_LEG,
+    "none": _NO_TEXT_LEG,
+}
 _SQL = {
-    (with_vector, with_text, most): _HYBRID_SQL.replace(
-        "%TXT%", _TEXT_LEG.strip() if with_text else _NO_TEXT_LEG
-    )
+    (with_vector, text_leg, most): _HYBRID_SQL.replace("%TXT%", _TEXT_LEGS[text_leg])
     .replace("%VEC%", VECTOR_LEG_SQL if with_vector else _NO_VEC_LEG)
     .replace("{IN_COLLECTION}", _IN_COLLECTION[most])
     for with_vector in (True, False)
-    for with_text in (True, False)
+    for text_leg in _TEXT_LEGS
+    for most in (True, False)
+}
+# The full-text leg alone, its ranked chunk ids (the first half of `search_while_embedding`).
+_TEXT_RANKS_SQL = {
+    most: f"WITH {_TEXT_LEG.strip()}\nSELECT id, rank FROM txt".replace(
+        "{IN_COLLECTION}", _IN_COLLECTION[most]
+    )
     for most in (True, False)
 }
 MOST_OF_THE_TABLE = 0.5
@@ -423,26 +440,19 @@ def by_row_df(params: SearchParams, chunk_count: int | None, table_share: float)
     return max(1, int(params.text_by_row_ratio * chunk_count * table_share))
 
 
-def hybrid_search(
-    conn: Connection[Any],
+def _search_args(
     request: SearchRequest,
     scope: Scope,
     params: SearchParams,
     *,
-    chunk_count: int | None = None,
-    table_share: float = 0.0,
-    readable_chunks: int | None = None,
-) -> list[Hit]:
-    """Run one hybrid search in a single round trip.
-
-    `chunk_count` (the collection's size) sets which words are too common to search;
-    `table_share` (the collection's share of all chunks) how the collection is filtered;
-    `readable_chunks` (what the reader may read of it) weighs the words' rarity, counted,
-    like their document frequencies, over what the reader may read only.
-    """
-    args = {
+    chunk_count: int | None,
+    table_share: float,
+    readable_chunks: int | None,
+) -> dict[str, Any]:
+    """The values one search binds (see `hybrid_search` for the sizes)."""
+    return {
         "words": fulltext_words(request.text),
-        "qvec": _vector_literal(request.vector),
+        "qvec": _vector_literal(request.vector) if request.vector else None,
         "collection": scope.collection_id,
         **scope.sql_args(),
         "kv": params.vector_candidates,
@@ -458,13 +468,80 @@ def hybrid_search(
         "area_boost": params.area_boost,
         "limit": params.limit,
     }
+
+
+def _with_text(request: SearchRequest, params: SearchParams) -> bool:
+    return params.legs != "vector" and request.full_text
+
+
+# A chunk's rank in the full-text leg, as `text_leg_ranks` returns it: (chunk id, rank).
+TextRanks = list[tuple[int, int]]
+
+
+def text_leg_ranks(
+    conn: Connection[Any],
+    request: SearchRequest,
+    scope: Scope,
+    params: SearchParams,
+    *,
+    chunk_count: int | None = None,
+    table_share: float = 0.0,
+    readable_chunks: int | None = None,
+) -> TextRanks | None:
+    """The full-text leg of `hybrid_search` alone: its chunks and their ranks, best first
+    (None: the request has no full-text leg). `hybrid_search(..., text_ranks=...)` fuses them
+    with the vector leg exactly as the one-statement search does."""
+    if not _with_text(request, params):
+        return None
+    args = _search_args(
+        request,
+        scope,
+        params,
+        chunk_count=chunk_count,
+        table_share=table_share,
+        readable_chunks=readable_chunks,
+    )
+    sql = _TEXT_RANKS_SQL[table_share >= MOST_OF_THE_TABLE]
+    return [(int(row[0]), int(row[1])) for row in conn.execute(sql, args).fetchall()]
+
+
+def hybrid_search(
+    conn: Connection[Any],
+    request: SearchRequest,
+    scope: Scope,
+    params: SearchParams,
+    *,
+    chunk_count: int | None = None,
+    table_share: float = 0.0,
+    readable_chunks: int | None = None,
+    text_ranks: TextRanks | None = None,
+) -> list[Hit]:
+    """Run one hybrid search in a single round trip.
+
+    `chunk_count` (the collection's size) sets which words are too common to search;
+    `table_share` (the collection's share of all chunks) how the collection is filtered;
+    `readable_chunks` (what the reader may read of it) weighs the words' rarity, counted,
+    like their document frequencies, over what the reader may read only. `text_ranks`, what
+    `text_leg_ranks` returned for this request, stands in for the full-text leg.
+    """
+    args = _search_args(
+        request,
+        scope,
+        params,
+        chunk_count=chunk_count,
+        table_share=table_share,
+        readable_chunks=readable_chunks,
+    )
     with_vector = bool(request.vector) and params.legs != "text"
-    with_text = params.legs != "vector" and request.full_text
-    if not (with_vector or with_text):
+    text_leg: TextLeg = "none"
+    if _with_text(request, params):
+        text_leg = "sql" if text_ranks is None else "given"
+    if not with_vector and text_leg == "none":
         return []
-    sql = _SQL[(with_vector, with_text, table_share >= MOST_OF_THE_TABLE)]
-    if not with_vector:
-        args["qvec"] = None
+    if text_leg == "given" and text_ranks is not None:
+        args["text_ids"] = [chunk for chunk, _ in text_ranks]
+        args["text_ranks"] = [rank for _, rank in text_ranks]
+    sql = _SQL[(with_vector, text_leg, table_share >= MOST_OF_THE_TABLE)]
     rows = conn.execute(sql, args).fetchall()
     return [
         Hit(
@@ -567,10 +644,31 @@ class SearchEngine:
         scope: Scope,
         params: SearchParams,
         size: tuple[int, float, int],
+        text_ranks: TextRanks | None = None,
     ) -> list[Hit]:
         count, share, readable = size
         with self.pool.connection() as conn:
             return hybrid_search(
+                conn,
+                request,
+                scope,
+                params,
+                chunk_count=count,
+                table_share=share,
+                readable_chunks=readable,
+                text_ranks=text_ranks,
+            )
+
+    def _text_ranks(
+        self,
+        request: SearchRequest,
+        scope: Scope,
+        params: SearchParams,
+        size: tuple[int, float, int],
+    ) -> TextRanks | None:
+        count, share, readable = size
+        with self.pool.connection() as conn:
+            return text_leg_ranks(
                 conn,
                 request,
                 scope,
@@ -589,6 +687,36 @@ class SearchEngine:
             return [self._search(requests[0], scope, params, size)]
         futures = [self._executor.submit(self._search, r, scope, params, size) for r in requests]
         return [f.result() for f in futures]
+
+    def search_while_embedding(
+        self,
+        requests: Sequence[SearchRequest],
+        scope: Scope,
+        params: SearchParams,
+        embed: Callable[[], Sequence[Sequence[float]]],
+    ) -> list[list[Hit]]:
+        """`search_many` for requests whose vectors `embed` computes (one per request, in
+        order; an empty one: no vector leg), with the same hits.
+
+        The full-text legs run on the pool while `embed` runs in this thread (the database
+        and the embedder each take a core); then each request's vector leg runs and is fused
+        with its full-text leg's ranks in a second statement. Searching only once the
+        vectors were there cost a turn the embedding and the full-text legs one after the
+        other.
+        """
+        size = self._sizes_for(scope)
+        text = [self._executor.submit(self._text_ranks, r, scope, params, size) for r in requests]
+        try:
+            vectors = embed()
+        finally:  # the text legs end before the turn goes on, whatever the embedder did
+            ranks = [f.result() for f in text]
+        searches = [
+            self._executor.submit(
+                self._search, replace(r, vector=v), scope, params, size, text_ranks
+            )
+            for r, v, text_ranks in zip(requests, vectors, ranks, strict=True)
+        ]
+        return [f.result() for f in searches]
 
     def close(self) -> None:
         self._executor.shutdown(wait=False)

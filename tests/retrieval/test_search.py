@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -147,6 +148,63 @@ def test_queries_of_a_turn_run_concurrently(
     assert peak == 3 and len(connections) == 3
     assert [r[0].external_id for r in results] != [] and len(results) == 3
     print(f"three searches with a 0.2 s server-side wait each took {elapsed:.2f}s")
+
+
+def test_searching_while_embedding_finds_what_one_statement_finds(
+    small_kb: Any, personas: dict[str, Any]
+) -> None:
+    """The full-text leg run first, then the vector leg fused with its ranks, gives the hits
+    of the one-statement search: for a query with a vector, one without (a probe), one on
+    the vector leg alone (a hypothetical answer), for a reader with restricted groups."""
+    engine, params = search_engine(), search_params()
+    texts = ["vale refeição para quem trabalha em casa", "reembolso de despesas prazo"]
+    vectors = get_embedder().embed_queries(texts)
+    given = [vectors[0], [], vectors[1]]
+    for name in ("ana", "rita"):
+        scope = scope_for_user(user=personas[name], collection=small_kb)
+        requests = [
+            SearchRequest(texts[0], [], area="rh"),
+            SearchRequest("pedido de demissão durante as férias", []),
+            SearchRequest(texts[1], [], full_text=False),
+        ]
+        filled = [replace(r, vector=v) for r, v in zip(requests, given, strict=True)]
+        expected = engine.search_many(filled, scope, params)
+        found = engine.search_while_embedding(requests, scope, params, lambda: given)
+        assert found == expected and all(expected[:2]), name
+        assert any(h.vector_rank and h.text_rank for h in found[0])
+        assert all(h.vector_rank is None for h in found[1])
+        assert all(h.text_rank is None for h in found[2])
+
+
+def test_the_full_text_legs_run_while_the_queries_are_embedded(
+    small_kb: Any, personas: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedder waits here until every request's full-text leg has run: were the legs
+    started only once the vectors were there, it would wait in vain."""
+    scope = scope_for_user(user=personas["ana"], collection=small_kb)
+    real = search_module.text_leg_ranks
+    done = threading.Semaphore(0)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return real(*args, **kwargs)
+        finally:
+            done.release()
+
+    monkeypatch.setattr(search_module, "text_leg_ranks", counted)
+    texts = ["férias", "reembolso de despesas", "vale-refeição"]
+    vectors = get_embedder().embed_queries(texts)
+
+    def embed() -> list[list[float]]:
+        ran = [done.acquire(timeout=10) for _ in texts]
+        assert all(ran), "the full-text legs had not run while the embedder worked"
+        return vectors
+
+    requests = [SearchRequest(t, []) for t in texts]
+    results = search_engine().search_while_embedding(requests, scope, search_params(), embed)
+    filled = [SearchRequest(t, v) for t, v in zip(texts, vectors, strict=True)]
+    assert results == search_engine().search_many(filled, scope, search_params())
+    assert all(r and r[0].vector_rank is not None for r in results)
 
 
 def test_the_text_leg_weighs_a_rare_word_above_common_ones(personas: dict[str, Any]) -> None:
