@@ -22,8 +22,9 @@ LANGUAGES: tuple[Language, ...] = ("pt", "es", "en")
 # A word: letters/digits (º and ª count as letters), joined by inner hyphens or apostrophes
 # ("e-mail", "home-office", "d'água"); a number keeps its inner separators ("1.500,00");
 # a masking placeholder such as "[EMAIL_1]" is one token.
+_NUMBER_RE = re.compile(r"\d+(?:[.,/]\d+)+")
 _TOKEN_RE = re.compile(
-    "|".join((PLACEHOLDER_PATTERN, r"\d+(?:[.,/]\d+)+", r"[^\W_]+°?(?:[-'’][^\W_]+)*"))
+    "|".join((PLACEHOLDER_PATTERN, _NUMBER_RE.pattern, r"[^\W_]+°?(?:[-'’][^\W_]+)*"))
 )
 _PLACEHOLDER_RE = re.compile(PLACEHOLDER_PATTERN)
 _POSSESSIVE_RE = re.compile(r"['’]s$", re.IGNORECASE)
@@ -272,6 +273,8 @@ def stem(word: str, language: str) -> str:
     word = word.casefold()
     if word.isdigit() or len(word) <= 3:
         return normalize(word)
+    if _NUMBER_RE.fullmatch(word):  # "1.500,00": no letters for the stemmer (as it returns)
+        return word[:6]
     if language == "pt" and word.endswith("ns"):
         word = word[:-2] + "m"  # "viagens" / "viagem", "bens" / "bem"
     root = normalize(str(_stemmer(language).stemWord(word)))

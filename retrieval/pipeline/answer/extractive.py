@@ -28,7 +28,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from ..asks import COUNTING_WORDS, CUE_WORDS, AnswerKind, answer_kind
 from ..rewrite_rules.cues import after_switch_announcement
@@ -186,6 +186,11 @@ class _Line:
     lead: int = -1  # a list item: the order of the line ending in ":" that introduces it
     joined: bool = False  # a sentence that goes on the previous line's paragraph
 
+    @cached_property
+    def norm(self) -> str:
+        """The line's text normalised (`normalize`), once: scoring reads it many times."""
+        return normalize(self.text)
+
 
 _Key = tuple[int, int]  # a line's place: its passage's identity and its order there
 
@@ -304,11 +309,9 @@ def _whole_sentences(lines: list[_Line]) -> list[_Line]:
         if not cut:
             out.append(line)
             continue
-        tail = normalize(line.text)
+        tail = line.norm
         whole = any(
-            other is not line
-            and other.passage is not line.passage
-            and normalize(other.text).endswith(tail)
+            other is not line and other.passage is not line.passage and other.norm.endswith(tail)
             for other in lines
         )
         if not whole:
@@ -416,7 +419,7 @@ def _score(
         # fica disponível no portal em dezembro." under "Décimo terceiro — adiantamento
         # nas férias"): it answers less than a line that says one.
         overlap *= SILENT_LINE
-    norm = normalize(line.text)
+    norm = line.norm
     if kind is not None and _states(kind, norm, line.passage.language):
         overlap += KIND_BONUS * best_weight
     elif kind is None and _SPECIFIC.search(norm):
@@ -746,8 +749,8 @@ def _answer_parts(
         )
         leads.add(part.lead)
         # Two chunks of one document may repeat a line: it is said once.
-        have = {normalize(line.text) for _, line in chosen}
-        chosen += [item for item in found if normalize(item[1].text) not in have]
+        have = {line.norm for _, line in chosen}
+        chosen += [item for item in found if item[1].norm not in have]
     return chosen
 
 
@@ -968,9 +971,7 @@ def _with_qualifiers(
     shown alone it would say less than the page ("O pedido de demissão pode ser apresentado
     a qualquer momento, inclusive durante as férias." without "Porém, o aviso prévio não
     corre durante as férias")."""
-    following = {
-        _key(line): line for line in lines if line.joined and _QUALIFIER.match(normalize(line.text))
-    }
+    following = {_key(line): line for line in lines if line.joined and _QUALIFIER.match(line.norm)}
     if not following:
         return chosen
     out: list[tuple[float, _Line]] = []
@@ -1073,14 +1074,14 @@ def _with_asked_kind(
     if kind not in _FIGURE_KINDS or not chosen:
         return chosen
     says = _KIND_EVIDENCE[kind]
-    stating = [item for item in chosen if says.search(normalize(item[1].text))]
+    stating = [item for item in chosen if says.search(item[1].norm)]
     if stating:
         # The most direct line first: the best of those that state it.
         return [stating[0], *(item for item in chosen if item is not stating[0])]
     fitting = [
         item
         for item in scored
-        if _document(item[1].passage) == document and says.search(normalize(item[1].text))
+        if _document(item[1].passage) == document and says.search(item[1].norm)
     ]
     if not fitting:
         return chosen
@@ -1108,7 +1109,7 @@ def _document_fit(by_document: Mapping[str, list[tuple[float, _Line]]]) -> dict[
         # Overlapping chunks of one page repeat a line: it counts once.
         best: dict[str, float] = {}
         for score, line in items:
-            key = normalize(line.text)
+            key = line.norm
             best[key] = max(score, best.get(key, 0.0))
         top = sorted(best.values(), reverse=True)[:TOP_LINES]
         out[document] = sum(top) / TOP_LINES
@@ -1141,7 +1142,7 @@ def _pick(
     for score, line in ranked:
         if len(picked) >= limit or (picked and score < KEEP_RATIO * best):
             break
-        key = normalize(line.text)
+        key = line.norm
         if key in seen:
             continue
         if picked and words + len(line.text.split()) > WORD_BUDGET:
