@@ -48,6 +48,7 @@ from retrieval.pipeline.fusion import Hit  # noqa: E402
 from retrieval.pipeline.search import (  # noqa: E402
     VECTOR_LEG_SQL,
     VOCABULARY_REBUILD_SQL,
+    Configs,
     Scope,
     SearchEngine,
     SearchParams,
@@ -744,6 +745,7 @@ def explain_ours(
     ef_search: int,
     size: int,
     share: float,
+    configs: Configs,
 ) -> dict[str, Any]:
     """Capture the plan a pooled connection really runs for one of our searches.
 
@@ -776,13 +778,22 @@ def explain_ours(
                 params,
                 chunk_count=size,
                 table_share=share,
+                configs=configs,
             )
             return {"source": "EXPLAIN (custom plan)", "runs": 1, "plan": explainer.plan}
         runs = 12
         durations: list[float] = []
         for _ in range(runs):
             notices.clear()
-            hybrid_search(conn, query.request, scope, params, chunk_count=size, table_share=share)
+            hybrid_search(
+                conn,
+                query.request,
+                scope,
+                params,
+                chunk_count=size,
+                table_share=share,
+                configs=configs,
+            )
             logged = next((n for n in notices if "plan:" in n), "")
             match = _DURATION.search(logged)
             durations.append(float(match.group(1)) if match else float("nan"))
@@ -867,6 +878,7 @@ def measure(
         engine.pool.resize(min_size=min(3, pool_size), max_size=pool_size)
         engine.pool.wait()
         count, share = engine.collection_size(collection_id)
+        configs = engine.collection_configs(collection_id)
         with psycopg.connect(conninfo, autocommit=True) as conn:
             configure(conn, ef_search)
             # Warm-up: every query once, so each variant meets the pages it reads in shared
@@ -925,6 +937,7 @@ def measure(
         "variants": variants,
         "parallel3_vs_slowest_alone_p50": float(np.median(ratios)),
         "collection_share": share,
+        "configs": list(configs),
         "prepared_statements": prepared,
         "load_avg_1m": [load_before, os.getloadavg()[0]],
     }
@@ -1040,6 +1053,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.ef_search,
                 largest,
                 results[largest]["collection_share"],
+                tuple(results[largest]["configs"]),
             )
             results[largest]["explain"] = explain
 

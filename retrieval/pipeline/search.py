@@ -20,7 +20,8 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from functools import cache
+from typing import Any, Literal, NamedTuple
 
 from psycopg import Connection
 from psycopg_pool import ConnectionPool
@@ -172,23 +173,41 @@ def _per_config(kind: str, alias: str, source: str = "q") -> str:
     )
 
 
-def _matches(kind: str) -> str:
+# The configurations a collection's chunks use (`collection_configs`), in `_CONFIGS`' order;
+# each other configuration's test is left out of the full-text leg's SQL. Every test reads the
+# whole GIN index (a posting list spans every configuration and collection), so a Portuguese
+# and Spanish collection read it four times for two configurations' matches.
+Configs = tuple[str, ...]
+ALL_CONFIGS: Configs = tuple(config for config, _ in _CONFIGS)
+# A document's language code names its chunks' configuration (the ingestion's rule).
+_LANGUAGE_CONFIG = {language: config for config, language in _CONFIG_LANGUAGE.items()}
+
+
+def configs_of(languages: Iterable[str]) -> Configs:
+    """The configurations of chunks in `languages` (document language codes), in order; all
+    of them when there is none (a collection not ingested yet leaves nothing out)."""
+    used = {_LANGUAGE_CONFIG.get(language, "simple") for language in languages}
+    return tuple(config for config in ALL_CONFIGS if config in used) or ALL_CONFIGS
+
+
+def _matches(kind: str, configs: Configs) -> str:
     return (
         "("
         + " OR ".join(
             f"(c.fts_config = '{config}' AND c.search_vector @@ q.{kind}_{short})"
             for config, short in _CONFIGS
+            if config in configs
         )
         + ")"
     )
 
 
-def _matches_row(kind: str) -> str:
+def _matches_row(kind: str, configs: Configs) -> str:
     """The same test as `_matches`, as a function call: no index can serve it, so the planner
     checks each row the collection filter found."""
-    configs = ", ".join(f"'{config}'" for config, _ in _CONFIGS)
+    listed = ", ".join(f"'{config}'" for config in configs)
     return (
-        f"(c.fts_config IN ({configs}) AND ts_match_vq(c.search_vector, {_per_config(kind, 'c')}))"
+        f"(c.fts_config IN ({listed}) AND ts_match_vq(c.search_vector, {_per_config(kind, 'c')}))"
     )
 
 
@@ -199,7 +218,7 @@ def _tsqueries(kind: str, column: str | None = None) -> str:
     )
 
 
-def _tier(kind: str, gate: str, *, by_row: bool = False) -> str:
+def _tier(kind: str, gate: str, configs: Configs, *, by_row: bool = False) -> str:
     """One tier: at most `scan` chunks matching the `kind` query (when `gate` holds), ranked
     against the OR of all kept words: the best `rerank` of them by ts_rank, then by ts_rank_cd.
 
@@ -218,7 +237,7 @@ def _tier(kind: str, gate: str, *, by_row: bool = False) -> str:
             WHERE {gate}
               AND c.collection_id{{IN_COLLECTION}}
               AND {_READABLE_CHUNK}
-              AND {_matches_row(kind) if by_row else _matches(kind)}
+              AND {_matches_row(kind, configs) if by_row else _matches(kind, configs)}
             LIMIT %(scan)s
         ) s, q
         ORDER BY ts_rank(s.search_vector, {_per_config("or", "s")}, 1) DESC, s.id
@@ -244,9 +263,16 @@ def _tier(kind: str, gate: str, *, by_row: bool = False) -> str:
 #   the large ones' postings too (10k of 410k chunks: 200 ms for one question's bitmaps, the
 #   planner estimating 0.5% for any query it cannot see in the CTE). Then the collection's
 #   rows are tested one by one, at a cost bounded by the collection's size.
+# Below `text_tiers_from` there is no tier 1: its query is empty and matches nothing, but the
+# planner still tested each of a small collection's rows against it (12 ms at 10k chunks).
+_TIER1_WORDS = "(SELECT and_text FROM words) <> ''"
 _TIER1_SHORT = "(SELECT count(*) FROM tier1) < %(kt)s"
 _BY_ROW = "(SELECT or_df FROM words) >= %(by_row_df)s"
-_TEXT_LEG = f"""
+
+
+def _text_leg(configs: Configs) -> str:
+    """The full-text leg's CTEs (ending in `txt`), testing the chunks of `configs` only."""
+    return f"""
 terms AS MATERIALIZED (
     SELECT t.w, t.ord, v.df,
            row_number() OVER (ORDER BY v.df IS NULL, v.df, t.ord) AS rarity
@@ -288,11 +314,11 @@ rarity AS MATERIALIZED (
     FROM terms
     WHERE df IS NULL OR df <= %(max_df)s OR rarity <= %(min_terms)s
 ),
-tier1 AS MATERIALIZED ({_tier("and", "true")}),
+tier1 AS MATERIALIZED ({_tier("and", _TIER1_WORDS, configs)}),
 tier2 AS (
-    {_tier("or", f"{_TIER1_SHORT} AND NOT {_BY_ROW}")}
+    {_tier("or", f"{_TIER1_SHORT} AND NOT {_BY_ROW}", configs)}
     UNION ALL
-    {_tier("or", f"{_TIER1_SHORT} AND {_BY_ROW}", by_row=True)}
+    {_tier("or", f"{_TIER1_SHORT} AND {_BY_ROW}", configs, by_row=True)}
 ),
 txt AS (
     SELECT id, row_number() OVER (ORDER BY score DESC, id) AS rank
@@ -304,6 +330,7 @@ txt AS (
         LIMIT %(kt)s
     ) best
 )"""  # noqa: S608 - composed of constants; every value is a bound parameter
+
 
 _HYBRID_SQL = """
 WITH %TXT%,
@@ -355,26 +382,32 @@ _GIVEN_TEXT_LEG = """txt AS (
 )"""
 # How a statement gets its full-text leg: computed in it, given, or none.
 TextLeg = Literal["sql", "given", "none"]
-_TEXT_LEGS: dict[TextLeg, str] = {
-    "sql": _TEXT_LEG.strip(),
-    "given": _GIVEN_TEXT_LEG,
-    "none": _NO_TEXT_LEG,
-}
-_SQL = {
-    (with_vector, text_leg, most): _HYBRID_SQL.replace("%TXT%", _TEXT_LEGS[text_leg])
-    .replace("%VEC%", VECTOR_LEG_SQL if with_vector else _NO_VEC_LEG)
-    .replace("{IN_COLLECTION}", _IN_COLLECTION[most])
-    for with_vector in (True, False)
-    for text_leg in _TEXT_LEGS
-    for most in (True, False)
-}
-# The full-text leg alone, its ranked chunk ids (the first half of `search_while_embedding`).
-_TEXT_RANKS_SQL = {
-    most: f"WITH {_TEXT_LEG.strip()}\nSELECT id, rank FROM txt".replace(
+
+
+@cache
+def _sql(with_vector: bool, text_leg: TextLeg, most: bool, configs: Configs) -> str:
+    """One search statement: its legs, how it filters the collection, the configurations."""
+    legs: dict[TextLeg, str] = {
+        "sql": _text_leg(configs).strip(),
+        "given": _GIVEN_TEXT_LEG,
+        "none": _NO_TEXT_LEG,
+    }
+    return (
+        _HYBRID_SQL.replace("%TXT%", legs[text_leg])
+        .replace("%VEC%", VECTOR_LEG_SQL if with_vector else _NO_VEC_LEG)
+        .replace("{IN_COLLECTION}", _IN_COLLECTION[most])
+    )
+
+
+@cache
+def _text_ranks_sql(most: bool, configs: Configs) -> str:
+    """The full-text leg alone, its ranked chunk ids (the first half of
+    `search_while_embedding`)."""
+    return f"WITH {_text_leg(configs).strip()}\nSELECT id, rank FROM txt".replace(
         "{IN_COLLECTION}", _IN_COLLECTION[most]
     )
-    for most in (True, False)
-}
+
+
 MOST_OF_THE_TABLE = 0.5
 
 
@@ -487,6 +520,7 @@ def text_leg_ranks(
     chunk_count: int | None = None,
     table_share: float = 0.0,
     readable_chunks: int | None = None,
+    configs: Configs = ALL_CONFIGS,
 ) -> TextRanks | None:
     """The full-text leg of `hybrid_search` alone: its chunks and their ranks, best first
     (None: the request has no full-text leg). `hybrid_search(..., text_ranks=...)` fuses them
@@ -501,7 +535,7 @@ def text_leg_ranks(
         table_share=table_share,
         readable_chunks=readable_chunks,
     )
-    sql = _TEXT_RANKS_SQL[table_share >= MOST_OF_THE_TABLE]
+    sql = _text_ranks_sql(table_share >= MOST_OF_THE_TABLE, configs)
     return [(int(row[0]), int(row[1])) for row in conn.execute(sql, args).fetchall()]
 
 
@@ -515,6 +549,7 @@ def hybrid_search(
     table_share: float = 0.0,
     readable_chunks: int | None = None,
     text_ranks: TextRanks | None = None,
+    configs: Configs = ALL_CONFIGS,
 ) -> list[Hit]:
     """Run one hybrid search in a single round trip.
 
@@ -522,7 +557,9 @@ def hybrid_search(
     `table_share` (the collection's share of all chunks) how the collection is filtered;
     `readable_chunks` (what the reader may read of it) weighs the words' rarity, counted,
     like their document frequencies, over what the reader may read only. `text_ranks`, what
-    `text_leg_ranks` returned for this request, stands in for the full-text leg.
+    `text_leg_ranks` returned for this request, stands in for the full-text leg. `configs`
+    (`collection_configs`) are the text-search configurations the collection's chunks use:
+    the full-text leg tests those only.
     """
     args = _search_args(
         request,
@@ -541,7 +578,7 @@ def hybrid_search(
     if text_leg == "given" and text_ranks is not None:
         args["text_ids"] = [chunk for chunk, _ in text_ranks]
         args["text_ranks"] = [rank for _, rank in text_ranks]
-    sql = _SQL[(with_vector, text_leg, table_share >= MOST_OF_THE_TABLE)]
+    sql = _sql(with_vector, text_leg, table_share >= MOST_OF_THE_TABLE, configs)
     rows = conn.execute(sql, args).fetchall()
     return [
         Hit(
@@ -568,6 +605,15 @@ def _vector_literal(vector: Sequence[float]) -> str:
     return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
 
 
+class _Sizes(NamedTuple):
+    """What a collection's searches are sized by (`SearchEngine._sizes_for`)."""
+
+    chunks: int
+    share: float
+    readable: int
+    configs: Configs
+
+
 class SearchEngine:
     """A connection pool plus a thread pool: runs several hybrid searches at once."""
 
@@ -587,7 +633,7 @@ class SearchEngine:
             name="chatrag-search",
         )
         self._executor = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="search")
-        self._sizes: dict[int, tuple[float, int, float]] = {}
+        self._sizes: dict[int, tuple[float, int, float, Configs]] = {}
         self._readable: dict[Scope, tuple[float, int]] = {}
 
     def _configure(self, conn: Connection[Any]) -> None:
@@ -598,21 +644,34 @@ class SearchEngine:
 
     def collection_size(self, collection_id: int, *, max_age: float = 60.0) -> tuple[int, float]:
         """The collection's chunk count and its share of all chunks; cached a minute."""
+        _, count, share, _ = self._collection(collection_id, max_age)
+        return count, share
+
+    def collection_configs(self, collection_id: int, *, max_age: float = 60.0) -> Configs:
+        """The text-search configurations of the collection's chunks (`configs_of` its
+        documents' languages); cached a minute with its size, so a document in a language
+        new to the collection is found by its words (its vector, at once) within a minute."""
+        return self._collection(collection_id, max_age)[3]
+
+    def _collection(self, collection_id: int, max_age: float) -> tuple[float, int, float, Configs]:
         cached = self._sizes.get(collection_id)
         if cached is not None and time.monotonic() - cached[0] < max_age:
-            return cached[1], cached[2]
+            return cached
         with self.pool.connection() as conn:
             row = conn.execute(
-                """SELECT (SELECT count(*) FROM retrieval_chunk WHERE collection_id = %s),
+                """SELECT (SELECT count(*) FROM retrieval_chunk WHERE collection_id = %(c)s),
                           (SELECT reltuples FROM pg_class
-                           WHERE oid = 'retrieval_chunk'::regclass)""",
-                [collection_id],
+                           WHERE oid = 'retrieval_chunk'::regclass),
+                          (SELECT array_agg(DISTINCT language) FROM retrieval_document
+                           WHERE collection_id = %(c)s)""",
+                {"c": collection_id},
             ).fetchone()
         count = int(row[0]) if row else 0
         total = float(row[1]) if row and row[1] is not None else -1.0
         share = min(count / total, 1.0) if total > 0 else 1.0  # never analysed: assume alone
-        self._sizes[collection_id] = (time.monotonic(), count, share)
-        return count, share
+        configs = configs_of((row[2] or []) if row else [])
+        self._sizes[collection_id] = entry = (time.monotonic(), count, share, configs)
+        return entry
 
     def chunk_count(self, collection_id: int) -> int:
         """How many chunks a collection has (cached a minute: it only sizes term filters)."""
@@ -631,9 +690,10 @@ class SearchEngine:
         self._readable[scope] = (time.monotonic(), count)
         return count
 
-    def _sizes_for(self, scope: Scope) -> tuple[int, float, int]:
+    def _sizes_for(self, scope: Scope) -> _Sizes:
         count, share = self.collection_size(scope.collection_id)
-        return count, share, self.readable_chunks(scope)
+        configs = self.collection_configs(scope.collection_id)
+        return _Sizes(count, share, self.readable_chunks(scope), configs)
 
     def search(self, request: SearchRequest, scope: Scope, params: SearchParams) -> list[Hit]:
         return self._search(request, scope, params, self._sizes_for(scope))
@@ -643,20 +703,20 @@ class SearchEngine:
         request: SearchRequest,
         scope: Scope,
         params: SearchParams,
-        size: tuple[int, float, int],
+        size: _Sizes,
         text_ranks: TextRanks | None = None,
     ) -> list[Hit]:
-        count, share, readable = size
         with self.pool.connection() as conn:
             return hybrid_search(
                 conn,
                 request,
                 scope,
                 params,
-                chunk_count=count,
-                table_share=share,
-                readable_chunks=readable,
+                chunk_count=size.chunks,
+                table_share=size.share,
+                readable_chunks=size.readable,
                 text_ranks=text_ranks,
+                configs=size.configs,
             )
 
     def _text_ranks(
@@ -664,18 +724,18 @@ class SearchEngine:
         request: SearchRequest,
         scope: Scope,
         params: SearchParams,
-        size: tuple[int, float, int],
+        size: _Sizes,
     ) -> TextRanks | None:
-        count, share, readable = size
         with self.pool.connection() as conn:
             return text_leg_ranks(
                 conn,
                 request,
                 scope,
                 params,
-                chunk_count=count,
-                table_share=share,
-                readable_chunks=readable,
+                chunk_count=size.chunks,
+                table_share=size.share,
+                readable_chunks=size.readable,
+                configs=size.configs,
             )
 
     def search_many(

@@ -235,3 +235,60 @@ def test_the_text_leg_weighs_a_rare_word_above_common_ones(personas: dict[str, A
     scope = scope_for_user(user=personas["ana"], collection=collection)
     question = "o colaborador da empresa tem quantos dias para a nota de débito?"
     assert _search(question, scope, SearchParams(legs="text"))[0] == "pt/nota-de-debito"
+
+
+def test_the_text_leg_tests_only_the_configurations_the_collection_uses(
+    small_kb: Any, personas: dict[str, Any]
+) -> None:
+    """Each configuration's test reads the whole GIN index: a Portuguese and Spanish
+    collection's searches leave English and `simple` out, and find the same chunks. A
+    document in a language new to the collection is searched by its words once the engine
+    reads the collection's languages again (within a minute)."""
+    from retrieval.ingestion.chunking import Section
+    from retrieval.ingestion.services import SourceDocument, documents_ingest
+
+    engine, params = search_engine(), SearchParams(legs="text")
+    scope = scope_for_user(user=personas["ana"], collection=small_kb)
+    used = engine.collection_configs(small_kb.id, max_age=0)
+    assert used == ("portuguese", "spanish")
+    count, share = engine.collection_size(small_kb.id)
+    with engine.pool.connection() as conn:
+        for question, relevant in JUDGED:
+            found = [
+                search_module.hybrid_search(
+                    conn,
+                    SearchRequest(question, []),
+                    scope,
+                    params,
+                    chunk_count=count,
+                    table_share=share,
+                    configs=configs,
+                )
+                for configs in (search_module.ALL_CONFIGS, used)
+            ]
+            assert found[0] == found[1], question
+            assert relevant in [h.external_id for h in found[1]], question
+
+    documents_ingest(
+        collection=small_kb,
+        sources=[
+            SourceDocument(
+                "en/parking",
+                "Parking",
+                (Section("", "Employees park in the garage on level two with their badge."),),
+                language="en",
+            )
+        ],
+        embedder=get_embedder(),
+        total=1,
+    )
+    question = SearchRequest("where do employees park", [])
+    with engine.pool.connection() as conn:
+        stale = search_module.hybrid_search(conn, question, scope, params, configs=used)
+    assert "en/parking" not in [h.external_id for h in stale]
+    assert engine.collection_configs(small_kb.id, max_age=0) == (
+        "portuguese",
+        "spanish",
+        "english",
+    )
+    assert [h.external_id for h in engine.search(question, scope, params)][:1] == ["en/parking"]
