@@ -754,6 +754,18 @@ def explain_ours(
     plan of each real execution instead. Without the rights to load it, fall back to
     EXPLAIN (ANALYZE, BUFFERS) of the same statement (a custom plan).
     """
+
+    def ours(conn: Connection[Any]) -> None:
+        hybrid_search(
+            conn,
+            query.request,
+            scope,
+            params,
+            chunk_count=size,
+            table_share=share,
+            configs=configs,
+        )
+
     with psycopg.connect(conninfo, autocommit=True) as conn:
         configure(conn, ef_search)
         notices: list[str] = []
@@ -771,29 +783,13 @@ def explain_ours(
             conn.execute("SET client_min_messages = notice")
         except psycopg.Error:
             explainer = _Explainer(conn)
-            hybrid_search(
-                cast(Connection[Any], explainer),
-                query.request,
-                scope,
-                params,
-                chunk_count=size,
-                table_share=share,
-                configs=configs,
-            )
+            ours(cast(Connection[Any], explainer))
             return {"source": "EXPLAIN (custom plan)", "runs": 1, "plan": explainer.plan}
         runs = 12
         durations: list[float] = []
         for _ in range(runs):
             notices.clear()
-            hybrid_search(
-                conn,
-                query.request,
-                scope,
-                params,
-                chunk_count=size,
-                table_share=share,
-                configs=configs,
-            )
+            ours(conn)
             logged = next((n for n in notices if "plan:" in n), "")
             match = _DURATION.search(logged)
             durations.append(float(match.group(1)) if match else float("nan"))

@@ -690,10 +690,9 @@ class SearchEngine:
         self._readable[scope] = (time.monotonic(), count)
         return count
 
-    def _sizes_for(self, scope: Scope) -> _Sizes:
-        count, share = self.collection_size(scope.collection_id)
-        configs = self.collection_configs(scope.collection_id)
-        return _Sizes(count, share, self.readable_chunks(scope), configs)
+    def _sizes_for(self, scope: Scope, *, max_age: float = 60.0) -> _Sizes:
+        _, count, share, configs = self._collection(scope.collection_id, max_age)
+        return _Sizes(count, share, self.readable_chunks(scope, max_age=max_age), configs)
 
     def search(self, request: SearchRequest, scope: Scope, params: SearchParams) -> list[Hit]:
         return self._search(request, scope, params, self._sizes_for(scope))
