@@ -308,9 +308,6 @@ CHATRAG_EMBEDDING_MODEL = env_str("CHATRAG_EMBEDDING_MODEL")
 CHATRAG_EMBEDDING_API_KEY = env_str("CHATRAG_EMBEDDING_API_KEY")
 CHATRAG_EMBEDDING_DIM = env_int("CHATRAG_EMBEDDING_DIM", 384, minimum=1)
 CHATRAG_EMBEDDING_BATCH = env_int("CHATRAG_EMBEDDING_BATCH", 32, minimum=1)
-# Passages sorted by token length together before batching (local engine): bounds memory
-# and how far the written documents lag behind the ones read.
-CHATRAG_EMBEDDING_SORT_WINDOW = env_int("CHATRAG_EMBEDDING_SORT_WINDOW", 256, minimum=1)
 # An ingestion job of more files than this is split into parallel tasks of this many files.
 CHATRAG_INGEST_PART_FILES = env_int("CHATRAG_INGEST_PART_FILES", 32, minimum=1)
 CHATRAG_EMBEDDING_TIMEOUT = env_float("CHATRAG_EMBEDDING_TIMEOUT", 30.0, minimum=0.1)

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import IntegrityError, connection, transaction
 
-from retrieval.embeddings import Embedder, EmbeddingError, passages_embed_by_length
+from retrieval.embeddings import Embedder, EmbeddingError
 from retrieval.models import Chunk, Collection, Document, fts_config_for
 from retrieval.pipeline.search import VOCABULARY_REBUILD_SQL
 from retrieval.services import default_language
@@ -265,12 +265,6 @@ def documents_ingest(
     # until then search keeps the vector leg off (retrieval.services.query_embedder_for).
     existing = {d.external_id: d for d in Document.objects.filter(collection=collection)}
     size = settings.CHATRAG_EMBEDDING_BATCH
-    # Only an engine that counts tokens sorts; a server gets each flush in one request.
-    window = (
-        max(size, settings.CHATRAG_EMBEDDING_SORT_WINDOW)
-        if hasattr(embedder, "token_count")
-        else size
-    )
 
     def flush() -> None:
         nonlocal batch, batch_chunks
@@ -279,7 +273,7 @@ def documents_ingest(
         texts = [embedding_text(p.source.title, d.heading, d.text) for p in batch for d in p.drafts]
         t0 = time.perf_counter()
         try:
-            vectors = passages_embed_by_length(embedder, texts, size=size) if texts else []
+            vectors = embedder.embed_passages(texts) if texts else []
         except EmbeddingError as exc:
             report.embedder_error = str(exc)
             for p in batch:
@@ -330,7 +324,7 @@ def documents_ingest(
             else:
                 batch.append(_Pending(item, checksum, current, drafts))
                 batch_chunks += len(drafts)
-                if batch_chunks >= window:
+                if batch_chunks >= size:
                     flush()
         if progress:
             progress(done, total, item.external_id)
