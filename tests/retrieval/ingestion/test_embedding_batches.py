@@ -4,7 +4,6 @@ engine, given one text per call, gives the vectors of its own batched calls."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -54,7 +53,7 @@ def test_the_engine_one_text_per_call_gives_the_vectors_of_its_batched_call() ->
 
 @pytest.mark.django_db
 def test_ingestion_embeds_a_batch_at_a_time_and_stores_each_chunk_with_its_vector(
-    settings: Any, tmp_path: Path
+    settings: Any,
 ) -> None:
     settings.CHATRAG_EMBEDDING_BATCH = 2
     embedder = RecordingEmbedder()
