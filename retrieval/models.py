@@ -81,7 +81,10 @@ class Chunk(models.Model):
     """
 
     document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
-    collection = models.ForeignKey(Collection, on_delete=models.CASCADE, related_name="+")
+    # The table is partitioned by collection (retrieval.partitions): no index of its own.
+    collection = models.ForeignKey(
+        Collection, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     position = models.PositiveIntegerField()
     heading = models.CharField(max_length=1000, blank=True)
     text = models.TextField()

@@ -28,6 +28,7 @@ from django.db import IntegrityError, connection, transaction
 
 from retrieval.embeddings import Embedder, EmbeddingError
 from retrieval.models import Chunk, Collection, Document, fts_config_for
+from retrieval.partitions import partition_ensure
 from retrieval.pipeline.search import VOCABULARY_REBUILD_SQL
 from retrieval.services import default_language
 
@@ -104,6 +105,15 @@ def collection_get_or_create(*, slug: str, name: str, is_evaluation: bool = Fals
         slug=slug, defaults={"name": name, "is_evaluation": is_evaluation}
     )
     return collection
+
+
+@transaction.atomic
+def chunk_partition_ensure(*, collection: Collection) -> bool:
+    """Give the collection's chunks a partition of their own before its first ingestion (its
+    search then reads its own indexes only); True if made now. Idempotent and safe between
+    concurrent workers (retrieval.partitions)."""
+    with connection.cursor() as cursor:
+        return partition_ensure(cursor, collection.pk)
 
 
 def parse_limits() -> ParseLimits:
@@ -265,6 +275,7 @@ def documents_ingest(
     # until then search keeps the vector leg off (retrieval.services.query_embedder_for).
     existing = {d.external_id: d for d in Document.objects.filter(collection=collection)}
     size = settings.CHATRAG_EMBEDDING_BATCH
+    chunk_partition_ensure(collection=collection)
 
     def flush() -> None:
         nonlocal batch, batch_chunks
@@ -398,7 +409,8 @@ def _write_document(collection: Collection, pending: _Pending, embedder: Embedde
             setattr(document, key, value)
         document.version += 1
         document.save()
-        document.chunks.all().delete()
+        # The collection names the partition: the delete reads one table's index, not each's.
+        Chunk.objects.filter(collection=collection, document=document).delete()
     document.groups.set(groups)
     group_ids = [g.id for g in groups]
     config = fts_config_for(source.language)
@@ -427,9 +439,9 @@ def _write_document(collection: Collection, pending: _Pending, embedder: Embedde
                 setweight(to_tsvector(fts_config::regconfig, unaccent(%s)), 'A')
                 || setweight(to_tsvector(fts_config::regconfig, unaccent(heading)), 'B')
                 || to_tsvector(fts_config::regconfig, unaccent(text))
-            WHERE document_id = %s
+            WHERE collection_id = %s AND document_id = %s
             """,
-            [document.title, document.id],
+            [document.title, collection.pk, document.id],
         )
     return document
 
@@ -440,7 +452,9 @@ def document_set_groups(*, document: Document, group_names: Sequence[str]) -> No
         groups = _groups(group_names)
         document.groups.set(groups)
         ids = sorted(g.id for g in groups)
-        document.chunks.update(is_public=not ids, group_ids=ids)
+        Chunk.objects.filter(collection_id=document.collection_id, document=document).update(
+            is_public=not ids, group_ids=ids
+        )
         # The vocabulary is counted per group set: the document's words change set too.
         vocabulary_rebuild(collection=document.collection)
 

@@ -57,9 +57,10 @@ class SearchParams:
     # ranked by ts_rank_cd (10-20 µs a row, the leg's main cost when a common word matches
     # most of a collection); fewer matches than this are ranked exactly as before.
     text_rerank: int = 200
-    # Tier 2 tests the collection's rows one by one when its words' postings in the whole
-    # table (their chunks in the collection / the collection's share of the table) exceed
-    # this many times the collection's chunks (a posting costs ~1/5 of a row's test).
+    # Tier 2 tests the collection's rows one by one when its words' postings in the table that
+    # holds it (their chunks in the collection / the collection's share of that table: 1 in a
+    # partition of its own) exceed this many times the collection's chunks (a posting costs
+    # ~1/5 of a row's test).
     text_by_row_ratio: float = 5.0
     # One leg alone leaves the other out of the SQL (a weight of 0 would still list its
     # hits, at score 0, and show their ranks); the fused score is then that leg's RRF term.
@@ -235,7 +236,7 @@ def _tier(kind: str, gate: str, configs: Configs, *, by_row: bool = False) -> st
             SELECT c.id, c.search_vector, c.fts_config
             FROM retrieval_chunk c, q
             WHERE {gate}
-              AND c.collection_id{{IN_COLLECTION}}
+              AND c.collection_id = %(collection)s
               AND {_READABLE_CHUNK}
               AND {_matches_row(kind, configs) if by_row else _matches(kind, configs)}
             LIMIT %(scan)s
@@ -258,11 +259,11 @@ def _tier(kind: str, gate: str, configs: Configs, *, by_row: bool = False) -> st
 #   words the chunk matches (see `rarity`), so a chunk with more of the question's rare words
 #   ranks higher.
 # - Tier 2 reads the GIN index unless its words are common (their chunks in the collection,
-#   summed, at least `by_row_df`): a GIN posting list spans every collection, so in a small
-#   collection sharing the table with large ones, the words matching most of its chunks read
-#   the large ones' postings too (10k of 410k chunks: 200 ms for one question's bitmaps, the
-#   planner estimating 0.5% for any query it cannot see in the CTE). Then the collection's
-#   rows are tested one by one, at a cost bounded by the collection's size.
+#   summed, at least `by_row_df`): then the collection's rows are tested one by one, at a cost
+#   bounded by the collection's size. A posting list spans the table the collection is in:
+#   its own partition (retrieval.partitions), or the default one shared with every collection
+#   not given one yet, where a small collection's common words read the others' postings too
+#   (10k of 410k chunks in one table: 200 ms for one question's bitmaps).
 # Below `text_tiers_from` there is no tier 1: its query is empty and matches nothing, but the
 # planner still tested each of a small collection's rows against it (12 ms at 10k chunks).
 _TIER1_WORDS = "(SELECT and_text FROM words) <> ''"
@@ -346,7 +347,7 @@ SELECT c.id, c.document_id, d.external_id, d.title, c.heading, c.text, c.positio
            AS score,
        d.superseded, d.effective_date, c.fts_config
 FROM fused f
-JOIN retrieval_chunk c ON c.id = f.id
+JOIN retrieval_chunk c ON c.id = f.id AND c.collection_id = %(collection)s  -- its partition only
 JOIN retrieval_document d ON d.id = c.document_id
 ORDER BY score DESC, c.id
 LIMIT %(limit)s
@@ -369,12 +370,6 @@ VECTOR_LEG_SQL = f"""
 _NO_VEC_LEG = "SELECT NULL::bigint AS id, NULL::bigint AS rank WHERE false"
 # A vector-only search (`legs="vector"`): the full-text leg is empty likewise.
 _NO_TEXT_LEG = f"txt AS ({_NO_VEC_LEG})"
-# How the full-text tiers test the collection. When the collection is most of the table, the
-# planner still ANDs the text bitmap with a bitmap of the whole collection from its btree
-# index (25 ms at 300k chunks, for nothing): "+ 0" makes that index unusable, so the
-# collection is checked on the matched rows instead. A small collection in a large table
-# keeps the indexable form, where that bitmap does pay.
-_IN_COLLECTION = {False: " = %(collection)s", True: " + 0 = %(collection)s"}
 # The full-text leg's ranks as an earlier statement found them (`text_leg_ranks`): the
 # search while the query is embedded runs its text leg first, then this with the vector leg.
 _GIVEN_TEXT_LEG = """txt AS (
@@ -385,30 +380,23 @@ TextLeg = Literal["sql", "given", "none"]
 
 
 @cache
-def _sql(with_vector: bool, text_leg: TextLeg, most: bool, configs: Configs) -> str:
-    """One search statement: its legs, how it filters the collection, the configurations."""
+def _sql(with_vector: bool, text_leg: TextLeg, configs: Configs) -> str:
+    """One search statement: its legs and the configurations its full-text leg tests."""
     legs: dict[TextLeg, str] = {
         "sql": _text_leg(configs).strip(),
         "given": _GIVEN_TEXT_LEG,
         "none": _NO_TEXT_LEG,
     }
-    return (
-        _HYBRID_SQL.replace("%TXT%", legs[text_leg])
-        .replace("%VEC%", VECTOR_LEG_SQL if with_vector else _NO_VEC_LEG)
-        .replace("{IN_COLLECTION}", _IN_COLLECTION[most])
+    return _HYBRID_SQL.replace("%TXT%", legs[text_leg]).replace(
+        "%VEC%", VECTOR_LEG_SQL if with_vector else _NO_VEC_LEG
     )
 
 
 @cache
-def _text_ranks_sql(most: bool, configs: Configs) -> str:
+def _text_ranks_sql(configs: Configs) -> str:
     """The full-text leg alone, its ranked chunk ids (the first half of
     `search_while_embedding`)."""
-    return f"WITH {_text_leg(configs).strip()}\nSELECT id, rank FROM txt".replace(
-        "{IN_COLLECTION}", _IN_COLLECTION[most]
-    )
-
-
-MOST_OF_THE_TABLE = 0.5
+    return f"WITH {_text_leg(configs).strip()}\nSELECT id, rank FROM txt"
 
 
 # How close a corpus word must be to an unknown one to be offered as its spelling
@@ -535,7 +523,7 @@ def text_leg_ranks(
         table_share=table_share,
         readable_chunks=readable_chunks,
     )
-    sql = _text_ranks_sql(table_share >= MOST_OF_THE_TABLE, configs)
+    sql = _text_ranks_sql(configs)
     return [(int(row[0]), int(row[1])) for row in conn.execute(sql, args).fetchall()]
 
 
@@ -554,7 +542,8 @@ def hybrid_search(
     """Run one hybrid search in a single round trip.
 
     `chunk_count` (the collection's size) sets which words are too common to search;
-    `table_share` (the collection's share of all chunks) how the collection is filtered;
+    `table_share` (the collection's share of the partition holding it: 1 alone in its own)
+    when its full-text leg tests rows one by one rather than read the GIN index;
     `readable_chunks` (what the reader may read of it) weighs the words' rarity, counted,
     like their document frequencies, over what the reader may read only. `text_ranks`, what
     `text_leg_ranks` returned for this request, stands in for the full-text leg. `configs`
@@ -578,7 +567,7 @@ def hybrid_search(
     if text_leg == "given" and text_ranks is not None:
         args["text_ids"] = [chunk for chunk, _ in text_ranks]
         args["text_ranks"] = [rank for _, rank in text_ranks]
-    sql = _sql(with_vector, text_leg, table_share >= MOST_OF_THE_TABLE, configs)
+    sql = _sql(with_vector, text_leg, configs)
     rows = conn.execute(sql, args).fetchall()
     return [
         Hit(
@@ -643,7 +632,8 @@ class SearchEngine:
         conn.execute(f"SET pg_trgm.similarity_threshold = {float(SPELLING_SIMILARITY)}")
 
     def collection_size(self, collection_id: int, *, max_age: float = 60.0) -> tuple[int, float]:
-        """The collection's chunk count and its share of all chunks; cached a minute."""
+        """The collection's chunk count and its share of the partition that holds it (1 in
+        its own, `retrieval.partitions`); cached a minute."""
         _, count, share, _ = self._collection(collection_id, max_age)
         return count, share
 
@@ -662,8 +652,9 @@ class SearchEngine:
         with self.pool.connection() as conn:
             row = conn.execute(
                 """SELECT (SELECT count(*) FROM retrieval_chunk WHERE collection_id = %(c)s),
-                          (SELECT reltuples FROM pg_class
-                           WHERE oid = 'retrieval_chunk'::regclass),
+                          (SELECT reltuples FROM pg_class WHERE oid = (
+                               SELECT tableoid FROM retrieval_chunk
+                               WHERE collection_id = %(c)s LIMIT 1)),
                           (SELECT array_agg(DISTINCT language) FROM retrieval_document
                            WHERE collection_id = %(c)s)""",
                 {"c": collection_id},

@@ -33,9 +33,10 @@ def test_a_chunk_row_of_three_kilobytes_keeps_its_vector_in_the_heap(settings: A
             [chunk.pk],
         )
         row_bytes, vector_bytes = cursor.fetchone()
-        cursor.execute(
+        cursor.execute(  # the collection's own partition (retrieval.partitions)
             "SELECT reltoastrelid::regclass::text FROM pg_class "
-            "WHERE oid = 'retrieval_chunk'::regclass"
+            "WHERE oid = (SELECT tableoid FROM retrieval_chunk WHERE id = %s)",
+            [chunk.pk],
         )
         (toast,) = cursor.fetchone()
         cursor.execute(f"SELECT count(*) FROM {toast}")  # noqa: S608 - the catalog's own name
