@@ -44,6 +44,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 if str(BASE_DIR) not in sys.path:  # run as `python scripts/bench_search.py`
     sys.path.insert(0, str(BASE_DIR))
 
+from retrieval.partitions import attach_sql, create_detached_sql, partition_name  # noqa: E402
 from retrieval.pipeline.fusion import Hit  # noqa: E402
 from retrieval.pipeline.search import (  # noqa: E402
     VECTOR_LEG_SQL,
@@ -67,8 +68,6 @@ SPANISH_SHARE = 0.25
 RESTRICTED_SHARE = 0.15
 RESTRICTED_GROUP = 1
 READER_GROUP = 2  # the benchmark's reader: an employee outside the restricted group
-# Above this size the HNSW and GIN indexes are dropped for the load and rebuilt after it.
-REBUILD_INDEXES_FROM = 20_000
 # Above this size the slow variants (no text index, no indexes) run on fewer queries.
 SLOW_FROM = 20_000
 BATCH = 5_000
@@ -437,7 +436,6 @@ def ensure_database(server: dict[str, Any]) -> str:
             env=env,
             check=True,
         )
-        lock.execute("CREATE TABLE IF NOT EXISTS bench_pending_index (indexdef text PRIMARY KEY)")
     return conninfo
 
 
@@ -470,20 +468,14 @@ def ensure_collection(
     marker = f"bench:{corpus.checksum()}"
     with psycopg.connect(conninfo, autocommit=True) as conn:
         with advisory(conn, _slug_key(slug), shared=False):
-            if conn.execute("SELECT 1 FROM bench_pending_index LIMIT 1").fetchone():
-                with advisory(conn, LOCK_DATA, shared=False):
-                    _restore_indexes(conn, {})
             row = conn.execute(
                 "SELECT id, source_checksum FROM retrieval_collection WHERE slug = %s", [slug]
             ).fetchone()
             if row and row[1] == marker and not rebuild:
                 timings = _ensure_vocabulary(conn, row[0])
                 return Built(row[0], not timings, timings)
-            big = size >= REBUILD_INDEXES_FROM
-            with advisory(conn, LOCK_DATA, shared=not big):
-                collection_id, timings = _build(
-                    conn, corpus, size, seed, slug, marker, rebuild_indexes=big
-                )
+            with advisory(conn, LOCK_DATA, shared=False):  # nothing is measured meanwhile
+                collection_id, timings = _build(conn, corpus, size, seed, slug, marker)
             return Built(collection_id, False, timings)
 
 
@@ -500,20 +492,6 @@ def _ensure_vocabulary(conn: Connection[Any], collection_id: int) -> dict[str, f
     return {"vocabulary_s": time.perf_counter() - mark}
 
 
-def _restore_indexes(conn: Connection[Any], timings: dict[str, float]) -> None:
-    """Create the indexes a build dropped (also those of a build that was killed)."""
-    # The bench machine has memory to spare; the HNSW graph must fit to build fast.
-    conn.execute("SET maintenance_work_mem = '1GB'")
-    for (indexdef,) in conn.execute("SELECT indexdef FROM bench_pending_index").fetchall():
-        mark = time.perf_counter()
-        with conn.transaction():
-            conn.execute(indexdef)
-            conn.execute("DELETE FROM bench_pending_index WHERE indexdef = %s", [indexdef])
-        name = "hnsw" if " hnsw " in indexdef else "gin"
-        timings[f"index_{name}_s"] = time.perf_counter() - mark
-    conn.execute("RESET maintenance_work_mem")
-
-
 def _build(
     conn: Connection[Any],
     corpus: Corpus,
@@ -521,15 +499,14 @@ def _build(
     seed: int,
     slug: str,
     marker: str,
-    *,
-    rebuild_indexes: bool,
 ) -> tuple[int, dict[str, float]]:
-    """Load one collection: COPY, search vectors in SQL, VACUUM, then (re)build indexes.
+    """Load one collection into its own partition (retrieval.partitions): COPY into a table not
+    attached yet, search vectors in SQL, VACUUM, then attach it, which builds its indexes.
 
-    - A large load runs without the HNSW and GIN indexes, recorded in bench_pending_index so
-      a killed run's successor rebuilds them; they are rebuilt after the VACUUM, which otherwise
-      walks the whole HNSW graph for the UPDATE's dead row versions (a minute at 100k).
-    - The completion marker is written last: a half-built collection is never reused.
+    - Loaded without indexes: built after the VACUUM, which otherwise walks the whole HNSW
+      graph for the UPDATE's dead row versions (a minute at 100k).
+    - The completion marker is written last: a half-built collection is never reused (its
+      table, attached or not, is dropped by the next build).
     """
     timings: dict[str, float] = {}
     register_vector(conn)
@@ -537,16 +514,9 @@ def _build(
     np_rng = np.random.default_rng([seed, size])
     start = time.perf_counter()
     with conn.transaction():
-        if rebuild_indexes:
-            for name in ("chunk_search_vector_gin", "chunk_embedding_hnsw"):
-                found = conn.execute(
-                    "SELECT indexdef FROM pg_indexes WHERE indexname = %s", [name]
-                ).fetchone()
-                if found:
-                    conn.execute("INSERT INTO bench_pending_index VALUES (%s)", [found[0]])
-                    conn.execute(f'DROP INDEX "{name}"')
         old = conn.execute("SELECT id FROM retrieval_collection WHERE slug = %s", [slug]).fetchone()
         if old:
+            conn.execute(f"DROP TABLE IF EXISTS {partition_name(old[0])}")
             conn.execute("DELETE FROM retrieval_chunk WHERE collection_id = %s", [old[0]])
             conn.execute("DELETE FROM retrieval_document WHERE collection_id = %s", [old[0]])
             conn.execute("DELETE FROM retrieval_collection WHERE id = %s", [old[0]])
@@ -580,8 +550,10 @@ def _build(
         ]
         mark = time.perf_counter()
         generating = 0.0
+        table = partition_name(collection_id)
+        conn.execute(create_detached_sql(collection_id))
         with conn.cursor().copy(
-            """COPY retrieval_chunk (document_id, position, heading, text, fts_config, is_public,
+            f"""COPY {table} (document_id, position, heading, text, fts_config, is_public,
                    group_ids, area, embedding, collection_id) FROM STDIN (FORMAT BINARY)"""
         ) as copy:
             copy.set_types(
@@ -602,20 +574,25 @@ def _build(
         mark = time.perf_counter()
         # Exactly as ingestion builds it (retrieval.ingestion.services._write_document).
         conn.execute(
-            """UPDATE retrieval_chunk c SET search_vector =
+            f"""UPDATE {table} c SET search_vector =
                    setweight(to_tsvector(c.fts_config::regconfig, unaccent(d.title)), 'A')
                    || setweight(to_tsvector(c.fts_config::regconfig, unaccent(c.heading)), 'B')
                    || to_tsvector(c.fts_config::regconfig, unaccent(c.text))
                FROM retrieval_document d
-               WHERE d.id = c.document_id AND c.collection_id = %s""",
+               WHERE d.id = c.document_id AND c.collection_id = %s""",  # noqa: S608 - names a table by an int
             [collection_id],
         )
         timings["search_vector_s"] = time.perf_counter() - mark
     mark = time.perf_counter()
-    conn.execute("VACUUM (ANALYZE) retrieval_chunk")
+    conn.execute(f"VACUUM (ANALYZE) {table}")
     conn.execute("VACUUM (ANALYZE) retrieval_document")
     timings["vacuum_analyze_s"] = time.perf_counter() - mark
-    _restore_indexes(conn, timings)
+    mark = time.perf_counter()
+    # The bench machine has memory to spare; the HNSW graph must fit to build fast.
+    conn.execute("SET maintenance_work_mem = '1GB'")
+    conn.execute(attach_sql(collection_id))
+    conn.execute("RESET maintenance_work_mem")
+    timings["attach_and_index_s"] = time.perf_counter() - mark
     timings.update(_ensure_vocabulary(conn, collection_id))
     conn.execute(
         "UPDATE retrieval_collection SET source_checksum = %s WHERE id = %s",
@@ -954,7 +931,11 @@ def server_facts(conninfo: str) -> dict[str, str]:
             )
         }
         for name in ("retrieval_chunk", "chunk_embedding_hnsw", "chunk_search_vector_gin"):
-            size = conn.execute("SELECT pg_size_pretty(pg_total_relation_size(%s))", [name])
+            size = conn.execute(  # a partitioned table or index: the sum of its partitions'
+                "SELECT pg_size_pretty(sum(pg_total_relation_size(relid)))"
+                " FROM pg_partition_tree(%s)",
+                [name],
+            )
             facts[f"size:{name}"] = str(size.fetchone()[0])  # type: ignore[index]
         facts["pgvector"] = str(
             conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[
