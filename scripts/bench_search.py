@@ -669,13 +669,17 @@ def two_trip_search(
     params: SearchParams,
     size: int,
     share: float,
+    configs: Configs,
 ) -> list[tuple[Any, ...]]:
-    """Our two legs as two statements (the text leg alone, then the vector leg), RRF in Python."""
+    """Our two legs as two statements (the text leg alone, then the vector leg), RRF in Python;
+    the text leg tests the collection's configurations, as ours does."""
     args = _args(query, scope, params)
     scores: dict[int, float] = {}
     rows: dict[int, tuple[Any, ...]] = {}
     text_only = SearchRequest(query.request.text, [])
-    hits = hybrid_search(conn, text_only, scope, params, chunk_count=size, table_share=share)
+    hits = hybrid_search(
+        conn, text_only, scope, params, chunk_count=size, table_share=share, configs=configs
+    )
     for rank, hit in enumerate(hits, start=1):
         scores[hit.chunk_id] = params.text_weight / (params.rrf_k + rank)
         rows[hit.chunk_id] = (hit.chunk_id, hit.document_id, hit.external_id, hit.title)
@@ -687,11 +691,18 @@ def two_trip_search(
 
 
 def or_all_search(
-    conn: Connection[Any], query: BenchQuery, scope: Scope, params: SearchParams, share: float
+    conn: Connection[Any],
+    query: BenchQuery,
+    scope: Scope,
+    params: SearchParams,
+    share: float,
+    configs: Configs,
 ) -> list[Any]:
     """Ours with the earlier one-tier text leg: every word ORed, every match ranked."""
     single_tier = replace(params, text_and_terms=0, text_scan_limit=2**31 - 1)
-    return hybrid_search(conn, query.request, scope, single_tier, table_share=share)
+    return hybrid_search(
+        conn, query.request, scope, single_tier, table_share=share, configs=configs
+    )
 
 
 class _Explainer:
@@ -858,18 +869,20 @@ def measure(
             # buffers (a steady server), not the first pass's reads from the OS cache.
             for q in queries:
                 engine.search(q.request, scope, params)
-                two_trip_search(conn, q, scope, params, count, share)
+                two_trip_search(conn, q, scope, params, count, share, configs)
             for q in queries[:10]:
-                or_all_search(conn, q, scope, params, share)
+                or_all_search(conn, q, scope, params, share, configs)
             engine.search_many(triples[0], scope, params)
             azure_search(conn, slow[0], scope, params)
 
             # Interleaved, so that a burst of load on the machine hits every variant alike.
             for q in queries:
                 samples["ours"].append(_timed(engine.search, q.request, scope, params))
-                samples["or_all"].append(_timed(or_all_search, conn, q, scope, params, share))
+                samples["or_all"].append(
+                    _timed(or_all_search, conn, q, scope, params, share, configs)
+                )
                 samples["two_trips"].append(
-                    _timed(two_trip_search, conn, q, scope, params, count, share)
+                    _timed(two_trip_search, conn, q, scope, params, count, share, configs)
                 )
             for t in triples:
                 samples["parallel3"].append(_timed(engine.search_many, t, scope, params))
