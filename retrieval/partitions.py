@@ -3,9 +3,14 @@ by `collection_id`, migration retrieval.0009).
 
 A collection's search reads its own partition's HNSW graph and GIN postings only: in one
 shared table, a 100k-chunk collection beside 310k other chunks walked a graph and read
-posting lists spanning all of them (the search stage 29 ms p50 against 5 ms alone). Rows of a
-collection without a partition of its own (written by hand, or before its first ingestion)
-land in `retrieval_chunk_default` and are found there, by the same SQL.
+posting lists spanning all of them (the search stage 29 ms p50 against 5 ms alone).
+
+A collection gets its partition before its first chunk is written (ingestion calls
+`partition_ensure`); a chunk of a collection without one is refused by Postgres ("no partition
+of relation found"). There is deliberately no DEFAULT partition: attaching a partition locks
+the default one ACCESS EXCLUSIVE, so every collection's first ingestion would have stopped the
+searches of the collections kept there; without it, attaching takes SHARE UPDATE EXCLUSIVE on
+the parent only, and searches and writes go on.
 
 The SQL is composed here and run by whoever holds the connection (ingestion through Django's,
 the benchmark through its own); every statement takes the collection id as an int, never text.
@@ -16,7 +21,6 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 PARENT = "retrieval_chunk"
-DEFAULT = "retrieval_chunk_default"
 # A row with its 384-dimension embedding is ~3 kB: kept whole in its heap page, not moved to
 # TOAST (retrieval.0008; a partitioned table takes no storage parameters, each partition does).
 STORAGE = "WITH (toast_tuple_target = 8160)"
@@ -45,21 +49,13 @@ def create_detached_sql(collection_id: int) -> str:
 
 def attach_sql(collection_id: int) -> str:
     """Attach the table as the collection's partition; Postgres builds its indexes and checks
-    its rows. It locks the parent in SHARE UPDATE EXCLUSIVE mode: searches and writes go on."""
+    its rows (SHARE UPDATE EXCLUSIVE on the parent: searches and writes go on)."""
     cid = int(collection_id)
     return f"ALTER TABLE {PARENT} ATTACH PARTITION {partition_name(cid)} FOR VALUES IN ({cid})"
 
 
-def _move_from_default_sql(collection_id: int) -> str:
-    """Move the collection's rows from the default partition into its own (binds %s: the id)."""
-    return (
-        f"WITH moved AS (DELETE FROM {DEFAULT} WHERE collection_id = %s RETURNING *) "  # noqa: S608 - table names made of an int
-        f"INSERT INTO {partition_name(collection_id)} SELECT * FROM moved"
-    )
-
-
 def partition_exists(cursor: Cursor, collection_id: int) -> bool:
-    """Whether the collection has a partition of its own (else its rows are in the default)."""
+    """Whether the collection has its partition (else its chunks cannot be written)."""
     found = cursor.execute(
         "SELECT EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhrelid"
         " WHERE i.inhparent = %s::regclass AND p.relname = %s)",
@@ -69,17 +65,16 @@ def partition_exists(cursor: Cursor, collection_id: int) -> bool:
 
 
 def partition_ensure(cursor: Cursor, collection_id: int) -> bool:
-    """Give the collection its own partition unless it has one; True if made now.
+    """Give the collection its partition unless it has one; True if made now.
 
     Run inside a transaction: an advisory lock makes two workers ingesting parts of one job
-    agree, and the collection's rows in the default partition move into the new one before it
-    is attached (Postgres refuses to attach while the default holds any of them).
+    agree. A table of the partition's name left detached (a benchmark load cut short) is
+    dropped first.
     """
     cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s), %s)", [PARENT, int(collection_id)])
     if partition_exists(cursor, collection_id):
         return False
-    cursor.execute(f"DROP TABLE IF EXISTS {partition_name(collection_id)}")  # a load cut short
+    cursor.execute(f"DROP TABLE IF EXISTS {partition_name(collection_id)}")
     cursor.execute(create_detached_sql(collection_id))
-    cursor.execute(_move_from_default_sql(collection_id), [int(collection_id)])
     cursor.execute(attach_sql(collection_id))
     return True

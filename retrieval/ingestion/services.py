@@ -109,9 +109,9 @@ def collection_get_or_create(*, slug: str, name: str, is_evaluation: bool = Fals
 
 @transaction.atomic
 def chunk_partition_ensure(*, collection: Collection) -> bool:
-    """Give the collection's chunks a partition of their own before its first ingestion (its
-    search then reads its own indexes only); True if made now. Idempotent and safe between
-    concurrent workers (retrieval.partitions)."""
+    """Give the collection its chunks' partition before any is written (its search then reads
+    its own indexes only); True if made now. Idempotent, and safe between concurrent workers
+    (retrieval.partitions)."""
     with connection.cursor() as cursor:
         return partition_ensure(cursor, collection.pk)
 

@@ -2,8 +2,8 @@
 graph and GIN postings, in a table of their own (retrieval.partitions).
 
 The rows are copied: a partitioned table cannot be made from a plain one in place. Each
-existing collection gets its partition; chunks of a collection made later wait in
-`retrieval_chunk_default` until its first ingestion gives it one. The primary key becomes
+existing collection gets its partition; a collection made later gets its own at its first
+ingestion (there is no DEFAULT partition: see retrieval.partitions). The primary key becomes
 (id, collection_id), as Postgres requires of a partitioned table (ids still come from one
 sequence, so `id` alone stays unique and Django's `pk` lookups are unchanged). The ids come
 from a sequence default, not an identity column: a partitioned table takes one only from
@@ -42,8 +42,6 @@ SELECT setval('retrieval_chunk_id_partitioned_seq',
               coalesce((SELECT max(id) FROM retrieval_chunk_unpartitioned), 0) + 1, false);
 ALTER TABLE retrieval_chunk
     ALTER COLUMN id SET DEFAULT nextval('retrieval_chunk_id_partitioned_seq');
-CREATE TABLE retrieval_chunk_default PARTITION OF retrieval_chunk DEFAULT
-    WITH (toast_tuple_target = 8160);
 DO $$
 DECLARE c bigint;
 BEGIN

@@ -260,10 +260,9 @@ def _tier(kind: str, gate: str, configs: Configs, *, by_row: bool = False) -> st
 #   ranks higher.
 # - Tier 2 reads the GIN index unless its words are common (their chunks in the collection,
 #   summed, at least `by_row_df`): then the collection's rows are tested one by one, at a cost
-#   bounded by the collection's size. A posting list spans the table the collection is in:
-#   its own partition (retrieval.partitions), or the default one shared with every collection
-#   not given one yet, where a small collection's common words read the others' postings too
-#   (10k of 410k chunks in one table: 200 ms for one question's bitmaps).
+#   bounded by the collection's size. A posting list spans the table the collection is in,
+#   its own partition (retrieval.partitions); in one table shared by all, a small collection's
+#   common words read the others' postings too (10k of 410k chunks: 200 ms of bitmaps).
 # Below `text_tiers_from` there is no tier 1: its query is empty and matches nothing, but the
 # planner still tested each of a small collection's rows against it (12 ms at 10k chunks).
 _TIER1_WORDS = "(SELECT and_text FROM words) <> ''"

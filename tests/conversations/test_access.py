@@ -21,6 +21,7 @@ from chatrag.middleware import DEFAULT_CSP
 from conversations.models import Conversation, Feedback, Message, TurnTrace
 from conversations.services import conversation_create, message_store_user
 from conversations.urls import urlpatterns
+from retrieval.ingestion.services import chunk_partition_ensure
 from retrieval.models import Chunk, Document
 from retrieval.services import default_collection
 from tests.conftest import RESTRICTED
@@ -56,6 +57,7 @@ def _document(external_id: str, text: str, groups: list[Group]) -> Document:
         collection=collection, external_id=external_id, title=external_id, checksum="x"
     )
     document.groups.set(groups)
+    chunk_partition_ensure(collection=collection)  # as ingestion does before a chunk is written
     Chunk.objects.create(
         document=document,
         collection=collection,
