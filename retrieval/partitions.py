@@ -78,3 +78,15 @@ def partition_ensure(cursor: Cursor, collection_id: int) -> bool:
     cursor.execute(create_detached_sql(collection_id))
     cursor.execute(attach_sql(collection_id))
     return True
+
+
+def partition_analyze(cursor: Cursor, collection_id: int) -> None:
+    """Refresh the planner's statistics of the collection's partition, if it has one.
+
+    A new partition has none until autovacuum comes by (a minute or more after the load):
+    meanwhile the planner guesses. Evaluating MTRAG clapnq right after ingesting its 6.9k
+    chunks searched at 52 and 83 ms p50 (no rewrite, last turn) before autovacuum's analyze,
+    4.5 and 4.3 ms after it. It runs where the collection's word statistics are rebuilt.
+    """
+    if partition_exists(cursor, collection_id):
+        cursor.execute(f"ANALYZE {partition_name(collection_id)}")

@@ -28,7 +28,7 @@ from django.db import IntegrityError, connection, transaction
 
 from retrieval.embeddings import Embedder, EmbeddingError
 from retrieval.models import Chunk, Collection, Document, fts_config_for
-from retrieval.partitions import partition_ensure
+from retrieval.partitions import partition_analyze, partition_ensure
 from retrieval.pipeline.search import VOCABULARY_REBUILD_SQL
 from retrieval.services import default_language
 
@@ -461,11 +461,14 @@ def document_set_groups(*, document: Document, group_names: Sequence[str]) -> No
 
 @transaction.atomic
 def vocabulary_rebuild(*, collection: Collection) -> int:
-    """Recount the collection's words (accent-free, lower case) and their chunk frequency."""
+    """Recount the collection's words (accent-free, lower case) and their chunk frequency,
+    and refresh the planner's statistics of its chunks' partition (after the same changes)."""
     with connection.cursor() as cursor:
         for statement in VOCABULARY_REBUILD_SQL:  # the delete, the version, then the insert
             cursor.execute(statement, {"collection": collection.id})
-        return cursor.rowcount
+        words = cursor.rowcount
+        partition_analyze(cursor, collection.pk)
+        return words
 
 
 def sources_from_paths(

@@ -50,10 +50,11 @@ def test_ingestion_gives_the_collection_a_partition_with_its_own_indexes() -> No
     with connection.cursor() as cursor:
         cursor.execute("SELECT indexdef FROM pg_indexes WHERE tablename = %s", [table])
         indexes = " ".join(row[0] for row in cursor.fetchall())
-        cursor.execute("SELECT reloptions FROM pg_class WHERE relname = %s", [table])
-        (options,) = cursor.fetchone()
+        cursor.execute("SELECT reloptions, reltuples FROM pg_class WHERE relname = %s", [table])
+        options, rows_planned = cursor.fetchone()
     assert "USING hnsw" in indexes and "USING gin" in indexes
     assert options == ["toast_tuple_target=8160"]  # rows kept whole (retrieval.0008)
+    assert rows_planned == 1  # analysed by the ingestion: never analysed reads -1
     assert chunk_partition_ensure(collection=collection) is False  # once only
 
 
