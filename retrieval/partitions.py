@@ -68,13 +68,11 @@ def partition_ensure(cursor: Cursor, collection_id: int) -> bool:
     """Give the collection its partition unless it has one; True if made now.
 
     Run inside a transaction: an advisory lock makes two workers ingesting parts of one job
-    agree. A table of the partition's name left detached (a benchmark load cut short) is
-    dropped first.
+    agree.
     """
     cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s), %s)", [PARENT, int(collection_id)])
     if partition_exists(cursor, collection_id):
         return False
-    cursor.execute(f"DROP TABLE IF EXISTS {partition_name(collection_id)}")
     cursor.execute(create_detached_sql(collection_id))
     cursor.execute(attach_sql(collection_id))
     return True

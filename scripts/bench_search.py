@@ -516,8 +516,7 @@ def _build(
     with conn.transaction():
         old = conn.execute("SELECT id FROM retrieval_collection WHERE slug = %s", [slug]).fetchone()
         if old:
-            conn.execute(f"DROP TABLE IF EXISTS {partition_name(old[0])}")
-            conn.execute("DELETE FROM retrieval_chunk WHERE collection_id = %s", [old[0]])
+            conn.execute(f"DROP TABLE IF EXISTS {partition_name(old[0])}")  # all its chunks
             conn.execute("DELETE FROM retrieval_document WHERE collection_id = %s", [old[0]])
             conn.execute("DELETE FROM retrieval_collection WHERE id = %s", [old[0]])
         got = conn.execute(
