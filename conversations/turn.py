@@ -1,8 +1,9 @@
 """One chat turn, top to bottom: load -> answer -> store -> emit (`turn_run`).
 
 The user's message is already stored (by the consumer, which then calls `start_turn`). The
-turn reads what it needs (`turn_context`), rewrites and searches (`turn_retrieve`), then
-either replies at once (small talk, a question back) or streams the answer step
+turn reads what it needs (`turn_context`), asks the pipeline for its plan
+(`retrieval.pipeline.plan.plan_turn`: rewrite, search, decide), then either replies at once
+(small talk, a question back) or streams the answer step
 (`retrieval.pipeline.respond.answer_turn`). Every write is a service of
 `conversations.services`, each in its own transaction; every frame is built by
 `conversations.frames`. Frames go out through `emit` in this order: `rewrite`, then
@@ -34,34 +35,19 @@ from conversations.models import Message
 from conversations.selectors import history_before
 from conversations.services import answer_finish, answer_start, answer_write, turn_fail
 from conversations.trace import announced_block, trace_fields, trace_with_timings
-from retrieval.embeddings import Embedder
 from retrieval.models import Collection
-from retrieval.pipeline.answer import answer_language, label
-from retrieval.pipeline.llm import ChatModel
+from retrieval.pipeline.answer import label
+from retrieval.pipeline.plan import TurnBackends, TurnPlan, TurnRequest, plan_turn
 from retrieval.pipeline.respond import answer_turn
-from retrieval.pipeline.retrieve import (
-    RetrievalOutcome,
-    RetrievalSettings,
-    RewriteAnnouncement,
-    retrieve,
-)
-from retrieval.pipeline.rewrite_rules.smalltalk import small_talk_reply
-from retrieval.pipeline.search import Scope, SearchEngine
-from retrieval.pipeline.types import GlossaryEntry, HistoryMessage
+from retrieval.pipeline.retrieve import RewriteAnnouncement
+from retrieval.pipeline.search import Scope
+from retrieval.pipeline.types import HistoryMessage
 from retrieval.services import (
-    VocabularyLexicon,
-    chat_model,
-    collection_areas,
-    collection_language,
     default_collection,
     default_language,
-    glossary_for,
-    known_names_for,
-    query_embedder_for,
-    retrieval_settings,
-    rewrite_cache,
     scope_for_user,
-    search_engine,
+    turn_backends_for,
+    turn_request_for,
 )
 
 logger = logging.getLogger(__name__)
@@ -127,37 +113,13 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
             await emit(frames.rewrite(message_id=message_id, block=block))
             clock.mark("to_rewrite_frame")
 
-        # Answer: rewrite and search; a reply that needs no answer step is stored and sent...
-        outcome = await turn_retrieve(turn, language=language, on_rewrite=announce)
+        # Answer: rewrite, search and decide; a reply that needs no answer step is stored
+        # and sent...
+        plan = await plan_turn(turn.request, turn.backends, on_rewrite=announce)
+        outcome = plan.outcome
         found = trace_fields(outcome, outcome.errors)
-        rewrite = outcome.rewrite
-        if rewrite.no_search and rewrite.small_talk:
-            # "obrigado!", "bom dia": a short reply, no search, no sources, no topic reopened.
-            text = small_talk_reply(rewrite.small_talk, language)
-            reply = await _store_reply(turn, found, clock, Message.Status.COMPLETE, text)
-            await emit(
-                frames.done(
-                    answer_id=reply.id,
-                    reply_to=message_id,
-                    status=Message.Status.COMPLETE,
-                    text=text,
-                    extractive=False,
-                    small_talk=rewrite.small_talk,
-                    timings_ms=clock.timings,
-                )
-            )
-            return
-        if rewrite.needs_clarification and rewrite.clarification is not None:
-            asked = rewrite.clarification
-            reply = await _store_reply(turn, found, clock, Message.Status.CLARIFY, asked.question)
-            await emit(
-                frames.clarify(
-                    answer_id=reply.id,
-                    reply_to=message_id,
-                    question=asked.question,
-                    options=asked.options,
-                )
-            )
+        if plan.kind != "answer":
+            await _reply_at_once(turn, plan, found, clock, emit)
             return
 
         # ... or the answer step, streamed: stored with its sources, then piece by piece.
@@ -171,8 +133,8 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
         result = await answer_turn(
             outcome=outcome,
             language=language,
-            model=turn.model,
-            today=timezone.localdate(),
+            model=turn.backends.model,
+            today=turn.request.today or timezone.localdate(),
             model_timeout=settings.CHATRAG_LLM_TIMEOUT,
             on_piece=_Stream(answer=answer, live=live, emit=emit, clock=clock).piece,
             stop=live.stop,
@@ -225,28 +187,23 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
 # --- what a turn reads --------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class TurnContext:
+    """The turn's message and collection, and what it asks the pipeline (`plan_turn`)."""
+
     message: Message
-    question: str
-    history: list[HistoryMessage]
     collection: Collection
-    glossary: list[GlossaryEntry]
-    scope: Scope
-    engine: SearchEngine
-    settings: RetrievalSettings
-    model: ChatModel | None
-    known_names: list[str]
-    embedder: Embedder | None
-    # The collection's language: the answer's when a question is too short to tell.
-    default_language: str
-    # The areas of the documents the owner may read ("no financeiro" names one).
-    areas: tuple[str, ...] = ()
+    request: TurnRequest
+    backends: TurnBackends
+
+    @property
+    def question(self) -> str:
+        return self.request.question
 
     @property
     def language(self) -> str:
-        """The language the turn answers in."""
-        return answer_language(self.question, self.default_language)
+        """The language the turn is rewritten, searched and answered in."""
+        return self.request.language
 
 
 def turn_context(message_id: int) -> TurnContext:
@@ -254,52 +211,60 @@ def turn_context(message_id: int) -> TurnContext:
     message = Message.objects.select_related("conversation__owner").get(pk=message_id)
     user = message.conversation.owner
     collection = default_collection()
-    scope = scope_for_user(user=user, collection=collection)
     # One message more than the window: the rewrite learns that the conversation started
     # before what it sees (retrieve keeps only the window).
     window = history_before(message=message, limit=settings.CHATRAG_REWRITE_WINDOW + 1)
-    return TurnContext(
-        message=message,
-        question=message.text,
+    return turn_context_of(
+        message,
+        collection=collection,
+        scope=scope_for_user(user=user, collection=collection),
         history=[
             HistoryMessage("user" if m.role == "user" else "assistant", m.text) for m in window
         ],
-        collection=collection,
-        glossary=glossary_for(collection=collection),
-        scope=scope,
-        engine=search_engine(),
-        settings=retrieval_settings(),
-        model=chat_model(),
-        known_names=list(known_names_for(user)),
-        embedder=query_embedder_for(collection=collection),
-        default_language=collection_language(collection=collection),
-        areas=collection_areas(scope=scope),
     )
 
 
-async def turn_retrieve(
-    ctx: TurnContext,
-    *,
-    language: str,
-    on_rewrite: Callable[[RewriteAnnouncement], Awaitable[None]] | None = None,
-) -> RetrievalOutcome:
-    """Rewrite and search the turn's question as its owner (the retrieval half of a turn)."""
-    return await retrieve(
-        question=ctx.question,
-        history=ctx.history,
-        glossary=ctx.glossary,
-        scope=ctx.scope,
-        engine=ctx.engine,
-        embedder=ctx.embedder,
-        lexicon=VocabularyLexicon(ctx.engine, ctx.collection.id, scope=ctx.scope),
-        settings=ctx.settings,
-        model=ctx.model,
-        known_names=ctx.known_names,
-        language=language,
-        on_rewrite=on_rewrite,
-        today=timezone.localdate(),
-        rewrite_cache=rewrite_cache(),
-        areas=ctx.areas,
+def turn_context_of(
+    message: Message, *, collection: Collection, scope: Scope, history: list[HistoryMessage]
+) -> TurnContext:
+    """The turn of `message` as read within `scope` with `history` before it (sync)."""
+    request = turn_request_for(
+        question=message.text,
+        history=history,
+        collection=collection,
+        scope=scope,
+        reader=message.conversation.owner,
+    )
+    backends = turn_backends_for(collection=collection, scope=scope)
+    return TurnContext(message=message, collection=collection, request=request, backends=backends)
+
+
+async def _reply_at_once(
+    turn: TurnContext, plan: TurnPlan, found: dict[str, Any], clock: _Clock, emit: Emit
+) -> None:
+    """Store and send a reply that needs no answer step: small talk, or a question back."""
+    assert plan.reply is not None
+    reply_to = turn.message.id
+    if plan.kind == "small_talk":
+        # "obrigado!", "bom dia": a short reply, no search, no sources, no topic reopened.
+        reply = await _store_reply(turn, found, clock, Message.Status.COMPLETE, plan.reply)
+        await emit(
+            frames.done(
+                answer_id=reply.id,
+                reply_to=reply_to,
+                status=Message.Status.COMPLETE,
+                text=plan.reply,
+                extractive=False,
+                small_talk=plan.small_talk,
+                timings_ms=clock.timings,
+            )
+        )
+        return
+    reply = await _store_reply(turn, found, clock, Message.Status.CLARIFY, plan.reply)
+    await emit(
+        frames.clarify(
+            answer_id=reply.id, reply_to=reply_to, question=plan.reply, options=plan.options
+        )
     )
 
 

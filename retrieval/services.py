@@ -6,13 +6,15 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from functools import lru_cache
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
 from django.db.models import Count
+from django.utils import timezone
 from django.utils.module_loading import import_string
 from psycopg.conninfo import make_conninfo
 
@@ -23,6 +25,7 @@ from retrieval.pipeline.fusion import FusionStrategy
 from retrieval.pipeline.llm import ChatModel
 from retrieval.pipeline.masking import DEFAULT_EMPLOYEE_ID_PATTERN, MaskingConfig
 from retrieval.pipeline.model_stages import HydeSettings, RerankSettings
+from retrieval.pipeline.plan import TurnBackends, TurnRequest, turn_language
 from retrieval.pipeline.retrieve import RetrievalSettings, RewriteMode
 from retrieval.pipeline.rewrite_cache import RewriteCache
 from retrieval.pipeline.search import (
@@ -36,7 +39,7 @@ from retrieval.pipeline.search import (
 )
 from retrieval.pipeline.text import LANGUAGES
 from retrieval.pipeline.types import GlossaryEntry as GlossaryValue
-from retrieval.pipeline.types import LexiconView
+from retrieval.pipeline.types import HistoryMessage, LexiconView
 
 
 def database_conninfo() -> str:
@@ -526,3 +529,57 @@ def known_names_for(user: Any) -> Sequence[str]:
     """Names to mask for this user: their own first, last and full name."""
     names = [user.get_full_name(), user.first_name, user.last_name]
     return [n for n in names if n and len(n) >= 3]
+
+
+def turn_request_for(
+    *,
+    question: str,
+    history: Sequence[HistoryMessage],
+    collection: Collection,
+    scope: Scope,
+    reader: Any = None,
+    language: str | None = None,
+    settings: RetrievalSettings | None = None,
+    today: date | None = None,
+) -> TurnRequest:
+    """The one way to ask the pipeline for a turn (chat, evaluation, playground, gate).
+
+    `reader`: whose names are masked (None: nobody's); `language`: a language the caller
+    knows (an evaluation task's), else the turn's own (`plan.turn_language`); `settings`:
+    the pipeline's, else the turn's (`retrieval_settings`).
+    """
+    fallback = collection_language(collection=collection)
+    return TurnRequest(
+        question=question,
+        history=tuple(history),
+        scope=scope,
+        glossary=tuple(glossary_for(collection=collection)),
+        settings=settings if settings is not None else retrieval_settings(),
+        language=turn_language(question, history, explicit=language, default=fallback),
+        default_language=fallback,
+        known_names=tuple(known_names_for(reader)) if reader is not None else (),
+        areas=collection_areas(scope=scope),
+        today=today if today is not None else timezone.localdate(),
+    )
+
+
+def turn_backends_for(
+    *,
+    collection: Collection,
+    scope: Scope,
+    model: ChatModel | None | Literal["settings"] = "settings",
+    cached: bool = True,
+) -> TurnBackends:
+    """The search, embedder, vocabulary, model and rewrite cache a turn on `collection` uses.
+
+    `model`: the chat model (default: the settings' one; None: no model). `cached`: whether
+    a model's rewrites are kept (the chat's cache; an evaluation measures every rewrite).
+    """
+    engine = search_engine()
+    return TurnBackends(
+        searcher=engine,
+        embedder=query_embedder_for(collection=collection),
+        lexicon=VocabularyLexicon(engine, collection.id, scope=scope),
+        model=chat_model() if model == "settings" else model,
+        rewrite_cache=rewrite_cache() if cached else None,
+    )

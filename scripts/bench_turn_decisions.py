@@ -43,14 +43,14 @@ from conversations.quality.datasets import (  # noqa: E402
 )
 from retrieval.embeddings import get_embedder  # noqa: E402
 from retrieval.pipeline.metrics import percentile  # noqa: E402
-from retrieval.pipeline.retrieve import retrieve  # noqa: E402
+from retrieval.pipeline.plan import plan_turn  # noqa: E402
 from retrieval.pipeline.search import Scope, SearchRequest  # noqa: E402
 from retrieval.services import (  # noqa: E402
-    VocabularyLexicon,
-    glossary_for,
     query_embedder_for,
     retrieval_settings,
     search_engine,
+    turn_backends_for,
+    turn_request_for,
 )
 
 DATA = ROOT.parent / "shared" / "data" / "ptes-dev"
@@ -108,9 +108,19 @@ def main() -> None:
         tasks = tasks[: args.tasks]
     engine = search_engine()
     scope = Scope(collection_id=collection.id, see_everything=True)
-    lexicon = VocabularyLexicon(engine, collection.id, scope=scope)
-    glossary = glossary_for(collection=collection)
     settings = retrieval_settings(mode="rules")
+    backends = turn_backends_for(collection=collection, scope=scope, model=None, cached=False)
+    requests = [
+        turn_request_for(
+            question=task.question,
+            history=task.history,
+            collection=collection,
+            scope=scope,
+            language=task.language,
+            settings=settings,
+        )
+        for task in tasks
+    ]
     query_embedder = query_embedder_for(collection=collection)
     assert query_embedder is not None
 
@@ -122,17 +132,7 @@ def main() -> None:
 
     async def one(task_index: int, timed: bool) -> None:
         task = tasks[task_index]
-        outcome = await retrieve(
-            question=task.question,
-            history=task.history,
-            glossary=glossary,
-            scope=scope,
-            engine=engine,
-            embedder=query_embedder,
-            lexicon=lexicon,
-            settings=settings,
-            language=task.language,
-        )
+        outcome = (await plan_turn(requests[task_index], backends)).outcome
         if not outcome.queries:
             return  # small talk: nothing searched
         if not timed and task_index:  # the very first turn loads the dictionaries

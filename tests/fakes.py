@@ -7,11 +7,13 @@ the providers' wire formats, is `chatrag.dev.fakemodel`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from retrieval.pipeline.fusion import Hit
 from retrieval.pipeline.llm import ChatMessage
+from retrieval.pipeline.search import Scope, SearchParams, SearchRequest
 
 
 @dataclass(frozen=True)
@@ -79,3 +81,31 @@ class FakeChat:
             raise script
         for chunk in script:
             yield chunk
+
+
+class FakeSearcher:
+    """A `Searcher` whose hits a function of each request decides (no database).
+
+    `found(request)`: the hits of one request; by default none.
+    """
+
+    def __init__(self, found: Callable[[SearchRequest], list[Hit]] | None = None) -> None:
+        self.found = found or (lambda request: [])
+        self.requests: list[SearchRequest] = []
+
+    def search_many(
+        self, requests: Sequence[SearchRequest], scope: Scope, params: SearchParams
+    ) -> list[list[Hit]]:
+        self.requests += requests
+        return [self.found(r) for r in requests]
+
+    def search_while_embedding(
+        self,
+        requests: Sequence[SearchRequest],
+        scope: Scope,
+        params: SearchParams,
+        embed: Callable[[], Sequence[Sequence[float]]],
+    ) -> list[list[Hit]]:
+        vectors = embed()
+        with_vectors = [replace(r, vector=tuple(v)) for r, v in zip(requests, vectors, strict=True)]
+        return self.search_many(with_vectors, scope, params)

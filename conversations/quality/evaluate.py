@@ -27,23 +27,15 @@ from conversations.quality.scoring import (
     word_count,
 )
 from retrieval.models import Collection
-from retrieval.pipeline.answer import answer_language
 from retrieval.pipeline.fusion import ranked_documents
 from retrieval.pipeline.llm import ChatModel
 from retrieval.pipeline.metrics import mrr_at, ndcg_at, percentile, recall_at
+from retrieval.pipeline.plan import TurnPlan, plan_turn
 from retrieval.pipeline.respond import answer_turn
-from retrieval.pipeline.retrieve import RetrievalOutcome, RewriteMode, retrieve
+from retrieval.pipeline.retrieve import RetrievalOutcome, RewriteMode
 from retrieval.pipeline.search import Scope
 from retrieval.pipeline.types import LexiconView
-from retrieval.services import (
-    VocabularyLexicon,
-    collection_areas,
-    collection_language,
-    glossary_for,
-    query_embedder_for,
-    retrieval_settings,
-    search_engine,
-)
+from retrieval.services import retrieval_settings, turn_backends_for, turn_request_for
 
 _EMPHASIS = re.compile(r"\*+|__")
 # Modes whose rewrite may ask back or skip search; the baselines never do.
@@ -169,37 +161,29 @@ async def evaluate_mode(
     the report ("rules+rerank") and its rows.
     """
     writer = model if answer_model == "rewrite" else answer_model
-    engine = await sync_to_async(search_engine)()
-    glossary = await sync_to_async(glossary_for)(collection=collection)
     settings = await sync_to_async(retrieval_settings)(mode=mode, hyde=hyde, rerank=rerank)
     label = stages_label(mode, hyde=settings.hyde is not None, rerank=settings.rerank is not None)
-    embedder = await sync_to_async(query_embedder_for)(collection=collection)
     if scope is None:
         scope = Scope(collection_id=collection.id, see_everything=True)
-    lexicon = VocabularyLexicon(engine, collection.id, scope=scope)
+    backends = await sync_to_async(turn_backends_for)(
+        collection=collection, scope=scope, model=model, cached=False
+    )
+    lexicon = backends.lexicon
     report = ModeReport(mode=label, ks=ks)
     references = references_by_task(tasks) if answers else {}
     depth = max([10, *ks])
-    fallback = await sync_to_async(collection_language)(collection=collection)
-    areas = await sync_to_async(collection_areas)(scope=scope)
     for task in tasks:
-        turn_language = task.language or language or answer_language(task.question, fallback)
-        outcome = await retrieve(
+        request = await sync_to_async(turn_request_for)(
             question=task.question,
             history=task.history,
-            glossary=glossary,
+            collection=collection,
             scope=scope,
-            engine=engine,
-            embedder=embedder,
-            lexicon=lexicon,
-            settings=settings,
-            model=model,
             language=task.language or language,
-            default_language=fallback,
-            today=timezone.localdate(),
-            areas=areas,
+            settings=settings,
         )
-        row = task_row(task=task, outcome=outcome, mode=mode, ks=ks, depth=depth)
+        plan = await plan_turn(request, backends)
+        outcome, turn_language = plan.outcome, plan.language
+        row = task_row(task=task, plan=plan, mode=mode, ks=ks, depth=depth)
         row["mode"] = label
         row["language"] = turn_language
         row["timings_ms"] = dict(outcome.timings_ms)
@@ -238,17 +222,17 @@ def stages_label(mode: str, *, hyde: bool, rerank: bool) -> str:
 
 
 def task_row(
-    *, task: EvalTask, outcome: RetrievalOutcome, mode: str, ks: Sequence[int], depth: int
+    *, task: EvalTask, plan: TurnPlan, mode: str, ks: Sequence[int], depth: int
 ) -> dict[str, Any]:
     """One task's JSON row: queries, decisions, term checks and retrieval metrics.
 
     A turn that asks back or is taken for small talk shows no sources in the product, so
     (in the modes that can decide that) a searchable task scores 0 there, and says why.
     """
-    rewrite = outcome.rewrite
+    outcome, rewrite = plan.outcome, plan.outcome.rewrite
     deciding = mode in DECIDING_MODES
-    clarified = deciding and rewrite.needs_clarification
-    no_search = deciding and rewrite.no_search
+    clarified = deciding and plan.kind == "ask_back"
+    no_search = deciding and plan.kind == "small_talk"
     queries = [] if no_search else [q.text for q in outcome.queries]
     ranked = ranked_documents(outcome.merged)[:depth]
     shown = [] if (clarified or no_search) else ranked
@@ -262,12 +246,7 @@ def task_row(
         "small_talk": rewrite.small_talk if no_search else None,
         "clarified": clarified,
         "clarification": (
-            {
-                "question": rewrite.clarification.question,
-                "options": list(rewrite.clarification.options),
-            }
-            if clarified and rewrite.clarification
-            else None
+            {"question": plan.reply, "options": list(plan.options)} if clarified else None
         ),
         "decision": rewrite.decision,
         "policy": rewrite.policy,

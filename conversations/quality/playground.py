@@ -1,7 +1,7 @@
 """The retrieval playground: one question (and optional history) through the turn's pipeline.
 
 `manage.py ask` and the staff playground page call `playground_run`; it calls the same
-orchestrating function as a turn and the evaluation (`retrieval.pipeline.retrieve.retrieve`)
+entry point as a turn and the evaluation (`retrieval.pipeline.plan.plan_turn`)
 and builds the answer with the evaluation's `turn_answer` (the turn's own steps, without
 streaming). Nothing is stored.
 
@@ -18,29 +18,21 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
-from django.utils import timezone
 
 from conversations.quality.evaluate import turn_answer
 from retrieval.models import Collection
-from retrieval.pipeline.answer import answer_language
 from retrieval.pipeline.llm import ChatModel
 from retrieval.pipeline.model_stages import HydeRecord, RerankRecord
-from retrieval.pipeline.retrieve import RetrievalOutcome, RetrievalSettings, RewriteMode, retrieve
-from retrieval.pipeline.rewrite_rules.smalltalk import small_talk_reply
+from retrieval.pipeline.plan import TurnBackends, TurnPlan, TurnRequest, plan_turn
+from retrieval.pipeline.retrieve import RetrievalOutcome, RewriteMode
 from retrieval.pipeline.search import Legs, Scope
 from retrieval.pipeline.types import HistoryMessage, RewriteResult, SearchQuery
 from retrieval.services import (
-    VocabularyLexicon,
-    chat_model,
-    collection_areas,
-    collection_language,
     default_collection,
-    glossary_for,
-    known_names_for,
-    query_embedder_for,
     retrieval_settings,
     scope_for_user,
-    search_engine,
+    turn_backends_for,
+    turn_request_for,
 )
 
 HITS_PER_QUERY = 10
@@ -242,27 +234,23 @@ def playground_run(
     """Run `question` once per configuration, as `reader` would (sync: commands and views)."""
     collection = default_collection()
     scope, who = reader_scope(reader=reader, collection=collection)
-    engine = search_engine()
     base = retrieval_settings()
-    settings = {
-        config: replace(
-            retrieval_settings(mode=config.rewrite, hyde=config.hyde, rerank=config.rerank),
-            search=replace(base.search, legs=config.legs),
+    requests = {
+        config: turn_request_for(
+            question=question,
+            history=history,
+            collection=collection,
+            scope=scope,
+            reader=reader,
+            settings=replace(
+                retrieval_settings(mode=config.rewrite, hyde=config.hyde, rerank=config.rerank),
+                search=replace(base.search, legs=config.legs),
+            ),
         )
         for config in configs
     }
-    context = _Context(
-        glossary=glossary_for(collection=collection),
-        scope=scope,
-        engine=engine,
-        embedder=query_embedder_for(collection=collection),
-        lexicon=VocabularyLexicon(engine, collection.id, scope=scope),
-        model=chat_model(),
-        known_names=list(known_names_for(reader)) if reader is not None else [],
-        default_language=collection_language(collection=collection),
-        areas=collection_areas(scope=scope),
-    )
-    outcomes = async_to_sync(_run_all)(question, list(history), context, configs, settings)
+    backends = turn_backends_for(collection=collection, scope=scope, cached=False)
+    outcomes = async_to_sync(_run_all)(requests, backends)
     return [
         PlaygroundRun(
             config=config,
@@ -276,60 +264,24 @@ def playground_run(
     ]
 
 
-@dataclass
-class _Context:
-    glossary: list[Any]
-    scope: Scope
-    engine: Any
-    embedder: Any
-    lexicon: VocabularyLexicon
-    model: ChatModel | None
-    known_names: list[str]
-    # The collection's language: the answer's when a question is too short to tell.
-    default_language: str
-    areas: tuple[str, ...] = ()
-
-
 async def _run_all(
-    question: str,
-    history: list[HistoryMessage],
-    ctx: _Context,
-    configs: Sequence[PlaygroundConfig],
-    settings: dict[PlaygroundConfig, RetrievalSettings],
+    requests: dict[PlaygroundConfig, TurnRequest], backends: TurnBackends
 ) -> list[tuple[RetrievalOutcome, str, str]]:
-    language = answer_language(question, ctx.default_language)  # as the turn decides it
     out = []
-    for config in configs:
-        outcome = await retrieve(
-            question=question,
-            history=history,
-            glossary=ctx.glossary,
-            scope=ctx.scope,
-            engine=ctx.engine,
-            embedder=ctx.embedder,
-            lexicon=ctx.lexicon,
-            settings=settings[config],
-            model=ctx.model,
-            known_names=ctx.known_names,
-            language=language,
-            today=timezone.localdate(),
-            areas=ctx.areas,
-        )
-        answer, kind = await _reply(outcome, language, ctx.model)
-        out.append((outcome, answer, kind))
+    for request in requests.values():
+        plan = await plan_turn(request, backends)
+        answer, kind = await _reply(plan, backends.model)
+        out.append((plan.outcome, answer, kind))
     return out
 
 
-async def _reply(
-    outcome: RetrievalOutcome, language: str, model: ChatModel | None
-) -> tuple[str, str]:
+async def _reply(plan: TurnPlan, model: ChatModel | None) -> tuple[str, str]:
     """What the turn would say: a small-talk reply, a question back, or the answer."""
-    rewrite = outcome.rewrite
-    if rewrite.no_search and rewrite.small_talk:
-        return small_talk_reply(rewrite.small_talk, language), "small talk"
-    if rewrite.needs_clarification and rewrite.clarification is not None:
-        options = " | ".join(rewrite.clarification.options)
-        text = rewrite.clarification.question + (f"\n(options: {options})" if options else "")
+    if plan.kind == "small_talk":
+        return plan.reply or "", "small talk"
+    if plan.kind == "ask_back":
+        options = " | ".join(plan.options)
+        text = (plan.reply or "") + (f"\n(options: {options})" if options else "")
         return text, "clarification"
-    text, extractive = await turn_answer(outcome=outcome, language=language, model=model)
+    text, extractive = await turn_answer(outcome=plan.outcome, language=plan.language, model=model)
     return text, "extractive" if extractive else "model"

@@ -33,7 +33,6 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.utils import timezone
 
 from conversations.models import TurnTrace
 from conversations.quality.datasets import EvalTask
@@ -49,23 +48,19 @@ from conversations.quality.gate import (
 from conversations.quality.models import GateRun, PolicyPromotion
 from conversations.quality.review.selectors import window_documents
 from retrieval.models import Collection, Document
-from retrieval.pipeline.answer import answer_language
 from retrieval.pipeline.llm import ChatModel
-from retrieval.pipeline.retrieve import REWRITE_MODES, RetrievalOutcome, RewriteMode, retrieve
+from retrieval.pipeline.plan import TurnPlan, plan_turn
+from retrieval.pipeline.retrieve import REWRITE_MODES, RewriteMode
 from retrieval.pipeline.rewrite_llm import llm_policy
 from retrieval.pipeline.rewrite_rules import POLICY_VERSION as RULES_POLICY
 from retrieval.pipeline.search import Scope
 from retrieval.pipeline.types import HistoryMessage
 from retrieval.services import (
-    VocabularyLexicon,
     chat_model,
-    collection_areas,
-    collection_language,
     default_collection,
-    glossary_for,
-    query_embedder_for,
     retrieval_settings,
-    search_engine,
+    turn_backends_for,
+    turn_request_for,
 )
 
 PERMISSION = "quality.promote_policy"
@@ -224,18 +219,16 @@ def _all_public(document_ids: Sequence[int], collection: Collection) -> bool:
     return public.count() == len(wanted)
 
 
-def _turn_result(turn: ReplayTurn, outcome: RetrievalOutcome, *, calls_model: bool) -> TurnResult:
-    rewrite = outcome.rewrite
-    if rewrite.no_search:
-        decision = "no search"
-    elif rewrite.needs_clarification:
-        decision = "asked back"
-    else:
-        decision = "searched"
+_DECISIONS = {"small_talk": "no search", "ask_back": "asked back", "answer": "searched"}
+
+
+def _turn_result(turn: ReplayTurn, plan: TurnPlan, *, calls_model: bool) -> TurnResult:
+    outcome, rewrite = plan.outcome, plan.outcome.rewrite
+    decision = _DECISIONS[plan.kind]
     sources = [] if decision != "searched" else [m.hit.external_id for m in outcome.passages]
     return TurnResult(
         id=turn.id,
-        queries=tuple(q.text for q in outcome.queries) if not rewrite.no_search else (),
+        queries=tuple(q.text for q in outcome.queries) if plan.kind != "small_talk" else (),
         sources=tuple(dict.fromkeys(sources)),
         decision=decision,
         rewrite_ms=float(outcome.timings_ms.get("rewrite", 0.0)),
@@ -259,31 +252,21 @@ async def turns_replay(
     """Replay stored turns (masked) with one policy, as a reader of public documents only."""
     collection = await sync_to_async(default_collection)()
     scope = Scope(collection_id=collection.id)  # public documents only, whoever's turn it was
-    engine = await sync_to_async(search_engine)()
-    glossary = await sync_to_async(glossary_for)(collection=collection)
-    embedder = await sync_to_async(query_embedder_for)(collection=collection)
-    fallback = await sync_to_async(collection_language)(collection=collection)
-    areas = await sync_to_async(collection_areas)(scope=scope)
     pipeline = await sync_to_async(retrieval_settings)(mode=policy.mode)
-    lexicon = VocabularyLexicon(engine, collection.id, scope=scope)
+    backends = await sync_to_async(turn_backends_for)(
+        collection=collection, scope=scope, model=model, cached=False
+    )
     out = []
     for turn in turns:
-        outcome = await retrieve(
+        request = await sync_to_async(turn_request_for)(
             question=turn.question,
             history=turn.window,
-            glossary=glossary,
+            collection=collection,
             scope=scope,
-            engine=engine,
-            embedder=embedder,
-            lexicon=lexicon,
             settings=pipeline,
-            model=model,
-            language=answer_language(turn.question, fallback),
-            default_language=fallback,
-            today=timezone.localdate(),
-            areas=areas,
         )
-        out.append(_turn_result(turn, outcome, calls_model=model is not None))
+        plan = await plan_turn(request, backends)
+        out.append(_turn_result(turn, plan, calls_model=model is not None))
     return out
 
 

@@ -51,7 +51,7 @@ from .rewrite_cache import RewriteCache, cache_key, from_state, to_state
 from .rewrite_llm import llm_policy, rewrite_with_llm
 from .rewrite_rules import POLICY_VERSION as RULES_POLICY
 from .rewrite_rules import lexicon_words, rewrite_with_rules
-from .search import Scope, SearchEngine, SearchParams, SearchRequest
+from .search import Scope, Searcher, SearchParams, SearchRequest
 from .text import content_terms, detect_language, normalize, token_spans
 from .types import (
     Clarification,
@@ -297,7 +297,7 @@ async def retrieve(
     history: Sequence[HistoryMessage],
     glossary: Sequence[Any],
     scope: Scope,
-    engine: SearchEngine,
+    engine: Searcher,
     embedder: QueryEmbedder | None,
     lexicon: LexiconFetcher,
     settings: RetrievalSettings,

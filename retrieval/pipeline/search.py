@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Protocol
 
 from psycopg import Connection
 from psycopg_pool import ConnectionPool
@@ -591,6 +591,26 @@ def hybrid_search(
 
 def _vector_literal(vector: Sequence[float]) -> str:
     return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
+
+
+class Searcher(Protocol):
+    """What the pipeline asks of the search: `SearchEngine`, or a fake in tests."""
+
+    def search_many(
+        self, requests: Sequence[SearchRequest], scope: Scope, params: SearchParams
+    ) -> list[list[Hit]]:
+        """Run all requests; results keep the requests' order."""
+        ...
+
+    def search_while_embedding(
+        self,
+        requests: Sequence[SearchRequest],
+        scope: Scope,
+        params: SearchParams,
+        embed: Callable[[], Sequence[Sequence[float]]],
+    ) -> list[list[Hit]]:
+        """`search_many` for requests whose vectors `embed` computes meanwhile."""
+        ...
 
 
 class _Sizes(NamedTuple):

@@ -16,11 +16,11 @@ from conversations.models import Conversation, Message, StaffAccessLog, TurnTrac
 from conversations.quality.review.restricted import TurnRedactor, ranking_redacted
 from conversations.selectors import history_before
 from conversations.trace import TraceGlossaryHit, TraceQuery, TraceRewrite, TraceSearch
-from conversations.turn import turn_context, turn_retrieve
+from conversations.turn import turn_context, turn_context_of
 from retrieval.access import RESTRICTED_PASSAGE
-from retrieval.pipeline.answer import answer_language
 from retrieval.pipeline.fusion import ranked_documents
 from retrieval.pipeline.masking import Masker, MaskingConfig
+from retrieval.pipeline.plan import plan_turn
 from retrieval.pipeline.types import HistoryMessage
 from retrieval.services import employee_id_pattern, scope_common, scope_for_user
 
@@ -94,12 +94,15 @@ def turn_retry(*, trace: TurnTrace, viewer: User) -> RetryResult:
     ctx = turn_context(trace.message_id)
     redactor = TurnRedactor.for_turn(viewer=viewer, question=ctx.message)
     if not redactor.everything:
-        ctx = replace(
-            ctx,
-            scope=scope_common(ctx.scope, scope_for_user(user=viewer, collection=ctx.collection)),
-            history=_history_for(redactor, ctx.message, ctx.history),
+        ctx = turn_context_of(
+            ctx.message,
+            collection=ctx.collection,
+            scope=scope_common(
+                ctx.request.scope, scope_for_user(user=viewer, collection=ctx.collection)
+            ),
+            history=_history_for(redactor, ctx.message, list(ctx.request.history)),
         )
-    outcome = async_to_sync(turn_retrieve)(ctx, language=answer_language(ctx.question))
+    outcome = async_to_sync(plan_turn)(ctx.request, ctx.backends).outcome
     titles = {m.hit.external_id: m.hit.title for m in outcome.merged}
     ranking = [(d, titles.get(d, "")) for d in ranked_documents(outcome.merged)]
     rewrite = TraceRewrite.of(outcome.rewrite)

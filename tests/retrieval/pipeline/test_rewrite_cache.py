@@ -75,7 +75,7 @@ def _retrieve(
             history=HISTORY,
             glossary=[GlossaryEntry("PJ", "pessoa jurídica")],
             scope=scope or Scope(collection_id=1, group_ids=(3,)),
-            engine=NothingFound(),  # type: ignore[arg-type]
+            engine=NothingFound(),
             embedder=None,
             lexicon=lambda words: LexiconView(),
             settings=RetrievalSettings(mode=mode),

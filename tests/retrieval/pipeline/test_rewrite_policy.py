@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Sequence
 from datetime import date
 from typing import Any
 
 from retrieval.pipeline.fusion import Hit
 from retrieval.pipeline.llm import LLMHTTPError
+from retrieval.pipeline.plan import decide
 from retrieval.pipeline.retrieve import (
     RetrievalOutcome,
     RetrievalSettings,
@@ -24,9 +24,9 @@ from retrieval.pipeline.retrieve import (
 from retrieval.pipeline.rewrite_llm import PROMPT_PATH, llm_policy, prompt_digest
 from retrieval.pipeline.rewrite_parse import rewrite_schema
 from retrieval.pipeline.rewrite_rules import POLICY_VERSION
-from retrieval.pipeline.search import Scope, SearchParams, SearchRequest
+from retrieval.pipeline.search import Scope, SearchRequest
 from retrieval.pipeline.types import HistoryMessage, LexiconView, RewriteResult, SearchQuery
-from tests.fakes import FakeChat
+from tests.fakes import FakeChat, FakeSearcher
 
 TODAY = date(2025, 3, 14)
 REPLY = json.dumps(
@@ -38,13 +38,9 @@ REPLY = json.dumps(
 )
 
 
-class NothingFound:
-    """A search engine whose every search comes back empty."""
-
-    def search_many(
-        self, requests: Sequence[SearchRequest], scope: Scope, params: SearchParams
-    ) -> list[list[Hit]]:
-        return [[] for _ in requests]
+def NothingFound() -> FakeSearcher:  # noqa: N802 (reads as the fake it builds)
+    """A search whose every search comes back empty."""
+    return FakeSearcher()
 
 
 def _retrieve(mode: RewriteMode, model: FakeChat | None = None, **extra: Any) -> RetrievalOutcome:
@@ -54,7 +50,7 @@ def _retrieve(mode: RewriteMode, model: FakeChat | None = None, **extra: Any) ->
             history=[HistoryMessage("user", "oi")],
             glossary=[],
             scope=Scope(collection_id=1),
-            engine=NothingFound(),  # type: ignore[arg-type]
+            engine=NothingFound(),
             embedder=None,
             lexicon=lambda words: LexiconView(),
             settings=RetrievalSettings(mode=mode),
@@ -103,26 +99,23 @@ def test_evaluation_rows_record_the_policy() -> None:
     from conversations.quality.evaluate import task_row
 
     task = EvalTask(id="t", history=(), question="q", relevant=frozenset({"pt/x"}))
-    row = task_row(task=task, outcome=_retrieve("rules"), mode="rules", ks=[5], depth=10)
+    plan = decide(_retrieve("rules"), "pt")
+    row = task_row(task=task, plan=plan, mode="rules", ks=[5], depth=10)
     assert row["policy"] == POLICY_VERSION
 
 
-class PlansFound:
+def _plans_found(request: SearchRequest) -> list[Hit]:
     """The turn's searches find the health plan's page; the last reply's own words (the
     reply probe: "inclua", "odontologica" ...) find the dental plan's page too."""
-
-    def search_many(
-        self, requests: Sequence[SearchRequest], scope: Scope, params: SearchParams
-    ) -> list[list[Hit]]:
-        pages = [
-            ("saude", "Assistência médica — inclusão de dependentes", "mensalidade do titular"),
-            ("odonto", "Assistência odontológica — dependentes", "mensalidade por pessoa"),
-        ]
-        hits = [
-            Hit(i, i, doc, title, "", text, 0, "", i, i, 0.1 / i)
-            for i, (doc, title, text) in enumerate(pages, 1)
-        ]
-        return [hits if "odontologica" in r.text else hits[:1] for r in requests]
+    pages = [
+        ("saude", "Assistência médica — inclusão de dependentes", "mensalidade do titular"),
+        ("odonto", "Assistência odontológica — dependentes", "mensalidade por pessoa"),
+    ]
+    hits = [
+        Hit(i, i, doc, title, "", text, 0, "", i, i, 0.1 / i)
+        for i, (doc, title, text) in enumerate(pages, 1)
+    ]
+    return hits if "odontologica" in request.text else hits[:1]
 
 
 def test_a_turn_that_only_asks_after_a_reply_naming_two_found_pages_is_asked_back() -> None:
@@ -141,7 +134,7 @@ def test_a_turn_that_only_asks_after_a_reply_naming_two_found_pages_is_asked_bac
             ],
             glossary=[],
             scope=Scope(collection_id=1),
-            engine=PlansFound(),  # type: ignore[arg-type]
+            engine=FakeSearcher(_plans_found),
             embedder=None,
             lexicon=lambda words: LexiconView(),
             settings=RetrievalSettings(mode="rules"),
