@@ -51,7 +51,7 @@ GLOSSARIES = {
 TOP = 5
 
 
-def _turn(row: dict[str, Any]) -> dict[str, Any]:
+def _turn(row: dict[str, Any], rewrite: dict[str, Any]) -> dict[str, Any]:
     """The parts of an evaluation row that a refactor must not change."""
     if row["small_talk"]:
         decision: dict[str, Any] = {"kind": "small_talk", "small_talk": row["small_talk"]}
@@ -67,6 +67,12 @@ def _turn(row: dict[str, Any]) -> dict[str, Any]:
         "top": row["ranked"][:TOP],
         "passages": row["passages"],
         "answer": row["answer"]["text"],
+        # The trace's account of the rewrite: notes, filters, why it asks.
+        "notes": rewrite["notes"],
+        "countries": rewrite["countries"],
+        "areas": rewrite["areas"],
+        "clarify_reason": rewrite["clarify_reason"],
+        "policy": rewrite["policy"],
     }
 
 
@@ -78,6 +84,7 @@ async def _run(name: str) -> list[dict[str, Any]]:
         embedder=get_embedder(),
         glossary=glossary_load(GLOSSARIES[name]),
     )
+    rewrites: list[dict[str, Any]] = []
     report = await evaluate_mode(
         tasks=tasks_load(tasks_path),
         collection=loaded.collection,
@@ -87,8 +94,9 @@ async def _run(name: str) -> list[dict[str, Any]]:
         model=None,
         answers=True,
         answer_model=None,
+        on_plan=lambda plan: rewrites.append(plan.outcome.rewrite.to_dict()),
     )
-    return [_turn(row) for row in report.rows]
+    return [_turn(row, rewrite) for row, rewrite in zip(report.rows, rewrites, strict=True)]
 
 
 def main() -> None:

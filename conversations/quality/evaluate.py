@@ -151,6 +151,7 @@ async def evaluate_mode(
     answer_model: ChatModel | None | Literal["rewrite"] = "rewrite",
     hyde: bool | None = None,
     rerank: bool | None = None,
+    on_plan: Callable[[TurnPlan], object] | None = None,
 ) -> ModeReport:
     """Score every task with one rewrite mode (tasks run one at a time for clean latencies).
 
@@ -158,7 +159,8 @@ async def evaluate_mode(
     the collection when None (the command line). `answer_model`: who writes the answers
     (None: extractive); by default the rewrite's model, as in the chat. `hyde` and `rerank`
     switch the optional model stages on or off (None: as the settings say); a stage on names
-    the report ("rules+rerank") and its rows.
+    the report ("rules+rerank") and its rows. `on_plan` sees each turn's plan
+    (scripts/decisions_snapshot.py keeps the trace's notes).
     """
     writer = model if answer_model == "rewrite" else answer_model
     settings = await sync_to_async(retrieval_settings)(mode=mode, hyde=hyde, rerank=rerank)
@@ -182,6 +184,8 @@ async def evaluate_mode(
             settings=settings,
         )
         plan = await plan_turn(request, backends)
+        if on_plan is not None:
+            on_plan(plan)
         outcome, turn_language = plan.outcome, plan.language
         row = task_row(task=task, plan=plan, mode=mode, ks=ks, depth=depth)
         row["mode"] = label

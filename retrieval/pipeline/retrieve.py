@@ -16,16 +16,10 @@ from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from .ask_back import evidence_ask_back
 from .asks import without_asking_words
 from .dictionary import known_words
-from .evidence import (
-    ambiguous_documents,
-    choose_reading,
-    clarification_question,
-    favour_reply_documents,
-    reply_named_documents,
-    reply_probe,
-)
+from .evidence import choose_reading, favour_reply_documents, reply_probe
 from .filters import (
     area_ask,
     prefer_areas,
@@ -54,7 +48,6 @@ from .rewrite_rules import lexicon_words, rewrite_with_rules
 from .search import Scope, Searcher, SearchParams, SearchRequest
 from .text import content_terms, detect_language, normalize, token_spans
 from .types import (
-    Clarification,
     HistoryMessage,
     LexiconView,
     RewriteInput,
@@ -191,104 +184,59 @@ def _words(text: str) -> list[str]:
     return [t.norm for t in token_spans(text)]
 
 
-REPLY_OPTION_PAGES = 8  # found pages whose titles the last reply may have named
-
-
-def _clarify_from_reply(
-    rewrite: RewriteResult,
-    queries: Sequence[SearchQuery],
-    merged: Sequence[MergedHit],
-    reply_hits: Sequence[Hit],
-    window: Sequence[HistoryMessage],
-    question: str,
-    language: str | None,
-) -> None:
-    """Ask which one, naming them, when a follow-up that only asks how much or when comes
-    after a reply that named two or more pages (evidence.reply_named_documents): pages the
-    turn found, or that the reply's own words find (the reply probe)."""
-    if rewrite.needs_clarification or not any(q.reading == "contextual" for q in queries):
-        return
-    reply = next((m.text for m in reversed(window) if m.role == "assistant"), None)
-    found = [item.hit.title for item in merged[:REPLY_OPTION_PAGES]]
-    found += [hit.title for hit in reply_hits[:REPLY_OPTION_PAGES]]
-    titles = list(dict.fromkeys(t.strip() for t in found if t.strip()))
-    options = reply_named_documents(question, reply, titles, rewrite.topic, language)
-    if options:
-        why = "the turn only asks how much or when, and the last reply named"
-        _ask_which(rewrite, options, language, why)
-
-
-def _clarify_from_evidence(
-    rewrite: RewriteResult, merged: Sequence[MergedHit], language: str | None
-) -> None:
-    """Ask back, naming the sibling documents, when a short question's readings split.
-
-    A clarification the words already asked for ("e isso?" with nothing before it) gets
-    the best documents' titles as its options too.
-    """
-    pointer = rewrite.needs_clarification and rewrite.clarify_reason == "pointer"
-    if not rewrite.clarify_terms and not pointer:
-        return  # nothing to decide: the hits' words are not read on an ordinary turn
-    titles: list[tuple[str, list[str]]] = []
-    texts: list[list[str]] = []
-    languages: list[str | None] = []
-    for item in merged:
-        title = item.hit.title.strip()
-        if title and title not in (t for t, _ in titles):
-            words = [part for term in content_terms(title) for part in term.split("-")]
-            titles.append((title, words))
-            texts.append(content_terms(item.hit.text))
-            languages.append(detect_language(f"{title} {item.hit.text[:300]}"))
-        if len(titles) >= 4:
-            break
-    if rewrite.needs_clarification and rewrite.clarification is not None:
-        if pointer and not rewrite.clarification.options and titles:
-            options = [t for t, _ in titles[:3]]
-            rewrite.clarification = Clarification(
-                clarification_question(options, language), tuple(options)
-            )
-        return
-    options = ambiguous_documents(rewrite.clarify_terms, titles, texts, language)
-    # A sibling in the question's own language is the reading meant: "se me perdió la
-    # tarjeta de alimentación" asks the Uruguayan page, not the Brazilian one.
-    offered = [(t, lang) for (t, _), lang in zip(titles, languages, strict=True) if t in options]
-    same = [t for t, lang in offered if lang == language]
-    if language and options and len(same) < len(offered):
-        options = same if len(same) >= 2 else []
-    if options:
-        _ask_which(rewrite, options, language, "the question's readings split across")
-
-
-def _ask_which(
-    rewrite: RewriteResult, options: Sequence[str], language: str | None, why: str
-) -> None:
-    """Ask back which of the sibling pages `options` is meant, and say why in the trace."""
-    rewrite.needs_clarification = True
-    rewrite.clarify_reason = "siblings"
-    rewrite.clarification = Clarification(clarification_question(options, language), tuple(options))
-    rewrite.notes.append(f"evidence: {why} " + "; ".join(options))
-
-
 def _decide_reading(
     rewrite: RewriteResult,
     queries: list[SearchQuery],
     results: list[list[Hit]],
     topic_hits: list[Hit] | None,
     language: str | None,
-) -> tuple[list[SearchQuery], list[list[Hit]]]:
-    """Keep the reading of a follow-up that the search evidence supports (see evidence.py)."""
+) -> tuple[list[SearchQuery], list[list[Hit]], str | None]:
+    """Keep the reading of a follow-up that the search evidence supports (see evidence.py),
+    with why (None: nothing to decide)."""
     decision = choose_reading(
         queries, results, topic_hits, rewrite.new_terms, rewrite.topic, language
     )
     if decision.reading is None:
-        return queries, results
-    rewrite.decision = decision.reason
-    rewrite.notes.append(f"evidence: {decision.reason}")
+        return queries, results, None
     kept = [
         replace(q, weight=q.weight * decision.standalone_weight) if q.reading == "standalone" else q
         for q in (queries[i] for i in decision.keep)
     ]
-    return kept, [results[i] for i in decision.keep]
+    return kept, [results[i] for i in decision.keep], decision.reason
+
+
+@dataclass
+class _Turn:
+    """One turn on its way through `retrieve`: what each step adds, and its notes.
+
+    The rewriter's result is never changed: `rewrite()` is it with what the search evidence
+    and the filters decided since (`dataclasses.replace`).
+    """
+
+    masked_question: str
+    window: list[HistoryMessage]
+    masker: Masker
+    language: str | None
+    rewritten: RewriteResult
+    queries: list[SearchQuery] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    changes: dict[str, Any] = field(default_factory=dict)
+    hyde: HydeRecord | None = None
+
+    def rewrite(self) -> RewriteResult:
+        notes = [*self.rewritten.notes, *self.notes]
+        return replace(self.rewritten, notes=notes, **self.changes)
+
+
+@dataclass(frozen=True)
+class _Found:
+    """The queries' hits, and the two probes' (None: not searched)."""
+
+    results: list[list[Hit]]
+    topic_hits: list[Hit] | None
+    reply_hits: list[Hit] | None
 
 
 async def retrieve(
@@ -316,6 +264,84 @@ async def retrieve(
     pipeline keeps no clock of its own. `areas` are the areas of the documents the reader may
     read: one the turn names ("no financeiro") puts its passages first.
     """
+    turn = await _rewritten(
+        question=question,
+        history=history,
+        glossary=glossary,
+        scope=scope,
+        lexicon=lexicon,
+        settings=settings,
+        model=model,
+        known_names=known_names,
+        language=language,
+        default_language=default_language,
+        today=today,
+        rewrite_cache=rewrite_cache,
+    )
+    if settings.hyde is not None:
+        await _hyde_step(turn, model, settings)
+    found = await _searched(turn, scope, engine, embedder, settings)
+    found = _filters(turn, found, areas)
+    if on_rewrite is not None:
+        await on_rewrite(
+            RewriteAnnouncement(turn.rewrite(), turn.queries, turn.masker, list(turn.errors))
+        )
+    t = time.perf_counter()
+    merged, pinned, rerank = await _ranked(turn, found, model, settings, today)
+    passages = cut_passages(
+        merged, limit=settings.passages, max_per_document=settings.max_per_document
+    )
+    asked = evidence_ask_back(
+        turn.rewrite(),
+        turn.queries,
+        merged,
+        found.reply_hits or [],
+        turn.window,
+        turn.masked_question,
+        turn.language,
+    )
+    if asked is not None:
+        turn.changes.update(
+            needs_clarification=True,
+            clarify_reason=asked.reason,
+            clarification=asked.clarification,
+        )
+        if asked.note:
+            turn.notes.append(asked.note)
+    # The rerank's model call has its own line: "merge" is the fusion and the preferences.
+    turn.timings["merge"] = round(_ms(t) - turn.timings.get("rerank", 0.0), 2)
+    return RetrievalOutcome(
+        masked_question=turn.masked_question,
+        masked_window=turn.window,
+        rewrite=turn.rewrite(),
+        queries=turn.queries,
+        merged=merged,
+        passages=passages,
+        timings_ms=turn.timings,
+        errors=turn.errors,
+        masker=turn.masker,
+        pinned=pinned,
+        hyde=turn.hyde,
+        rerank=rerank,
+    )
+
+
+async def _rewritten(
+    *,
+    question: str,
+    history: Sequence[HistoryMessage],
+    glossary: Sequence[Any],
+    scope: Scope,
+    lexicon: LexiconFetcher,
+    settings: RetrievalSettings,
+    model: ChatModel | None,
+    known_names: Sequence[str],
+    language: str | None,
+    default_language: str | None,
+    today: date | None,
+    rewrite_cache: RewriteCache | None,
+) -> _Turn:
+    """Mask the question and the window, rewrite, and list the queries to search."""
     timings: dict[str, float] = {}
     errors: list[str] = []
     t = time.perf_counter()
@@ -330,7 +356,6 @@ async def retrieve(
     if settings.window == 0:
         window = []
     timings["mask"] = _ms(t)
-
     inp = RewriteInput(
         question=masked_question,
         history=tuple(window),
@@ -345,21 +370,44 @@ async def retrieve(
     t = time.perf_counter()
     rewrite = await _cached_rewrite(inp, settings, lexicon, model, errors, scope, rewrite_cache)
     timings["rewrite"] = _ms(t)
+    return _Turn(
+        masked_question=masked_question,
+        window=window,
+        masker=masker,
+        language=language or detect_language(masked_question) or default_language,
+        rewritten=rewrite,
+        queries=search_queries(rewrite, masked_question, settings.query_weights),
+        timings=timings,
+        errors=errors,
+    )
 
-    queries = search_queries(rewrite, masked_question, settings.query_weights)
-    turn_language = language or detect_language(masked_question) or default_language
-    hyde: HydeRecord | None = None
-    if settings.hyde is not None:
-        t = time.perf_counter()
-        hyde = await _hyde(masked_question, rewrite, queries, turn_language, model, settings)
-        timings["hyde"] = _ms(t)
-        rewrite.notes.append(hyde.note())
-        if hyde.status == "failed":
-            errors.append(f"hyde failed: {hyde.reason}")
+
+async def _hyde_step(turn: _Turn, model: ChatModel | None, settings: RetrievalSettings) -> None:
+    """Add a hypothetical answer to the turn's queries (model_stages.py), and its note."""
+    t = time.perf_counter()
+    hyde = await _hyde(
+        turn.masked_question, turn.rewritten, turn.queries, turn.language, model, settings
+    )
+    turn.timings["hyde"] = _ms(t)
+    turn.notes.append(hyde.note())
+    if hyde.status == "failed":
+        turn.errors.append(f"hyde failed: {hyde.reason}")
+    turn.hyde = hyde
+
+
+async def _searched(
+    turn: _Turn,
+    scope: Scope,
+    engine: Searcher,
+    embedder: QueryEmbedder | None,
+    settings: RetrievalSettings,
+) -> _Found:
+    """Run the turn's searches and the probes; never raise (a failure finds nothing)."""
+    queries, rewrite, timings, errors = turn.queries, turn.rewritten, turn.timings, turn.errors
     # A follow-up's topic is searched alone as evidence of where the conversation is.
     probe = rewrite.topic if any(q.reading == "contextual" for q in queries) else None
     # And the last reply's words, as evidence of which documents it came from.
-    reply = reply_probe([(m.role, m.text) for m in window]) if probe else None
+    reply = reply_probe([(m.role, m.text) for m in turn.window]) if probe else None
     probes = [text for text in (probe, reply) if text]
     texts = [q.text for q in queries] + probes
     hints = [q.area for q in queries] + [None for _ in probes]
@@ -408,35 +456,60 @@ async def retrieve(
     timings["search"] = round(max(0.0, _ms(t) - embed_ms), 2)
     reply_hits = results.pop() if reply else None
     topic_hits = results.pop() if probe else None
-    queries, results = _decide_reading(rewrite, queries, results, topic_hits, turn_language)
-    countries = turn_countries(queries, [m.text for m in window if m.role == "user"])
-    if countries:
-        rewrite.countries = tuple(sorted(countries))
-        rewrite.notes.append(
-            f"country filter: {', '.join(rewrite.countries)} "
-            "(its pages first, other countries' pages after)"
-        )
-    asked_areas = area_ask([masked_question, *(q.text for q in queries)], areas)
-    if asked_areas:
-        rewrite.areas = tuple(sorted(asked_areas))
-        rewrite.notes.append(f"area filter: {', '.join(rewrite.areas)} (its passages first)")
-    if on_rewrite is not None:
-        await on_rewrite(RewriteAnnouncement(rewrite, queries, masker, list(errors)))
+    return _Found(results, topic_hits, reply_hits)
 
-    t = time.perf_counter()
+
+def _filters(turn: _Turn, found: _Found, areas: Sequence[str]) -> _Found:
+    """Keep the reading the evidence supports; note the countries and areas the turn names."""
+    queries, results, reason = _decide_reading(
+        turn.rewritten, turn.queries, found.results, found.topic_hits, turn.language
+    )
+    turn.queries = queries
+    if reason is not None:
+        turn.changes["decision"] = reason
+        turn.notes.append(f"evidence: {reason}")
+    user_words = [m.text for m in turn.window if m.role == "user"]
+    countries = turn_countries(queries, user_words)
+    if countries:
+        named = tuple(sorted(countries))
+        turn.changes["countries"] = named
+        turn.notes.append(
+            f"country filter: {', '.join(named)} (its pages first, other countries' pages after)"
+        )
+    asked_areas = area_ask([turn.masked_question, *(q.text for q in queries)], areas)
+    if asked_areas:
+        named = tuple(sorted(asked_areas))
+        turn.changes["areas"] = named
+        turn.notes.append(f"area filter: {', '.join(named)} (its passages first)")
+    return replace(found, results=results)
+
+
+async def _ranked(
+    turn: _Turn,
+    found: _Found,
+    model: ChatModel | None,
+    settings: RetrievalSettings,
+    today: date | None,
+) -> tuple[list[MergedHit], str | None, RerankRecord | None]:
+    """Fuse the hits, favour the last reply's pages, rerank, and apply the preferences.
+
+    Returns the ranking, the page a preference put first (the answer keeps it), and the
+    rerank's record.
+    """
+    queries, rewrite = turn.queries, turn.rewritten
     # A message split into questions: each question's best passage competes on equal
     # terms ("max"), so one topic's passages, found again by the user's own words, do not
     # push the other topic's out of the cut.
     split = any(q.type == "decompose" for q in queries)
     strategy: FusionStrategy = "max" if split else settings.fusion
-    merged = merge_results(queries, results, strategy=strategy, rrf_k=settings.rrf_k)
-    if reply_hits and not split and any(q.reading == "contextual" for q in queries):
-        asked = content_terms(masked_question) + [
+    merged = merge_results(queries, found.results, strategy=strategy, rrf_k=settings.rrf_k)
+    if found.reply_hits and not split and any(q.reading == "contextual" for q in queries):
+        asked = content_terms(turn.masked_question) + [
             word for h in rewrite.glossary_hits for word in content_terms(h.expansion)
         ]
-        merged, lifted = favour_reply_documents(merged, reply_hits, asked)
+        merged, lifted = favour_reply_documents(merged, found.reply_hits, asked)
         if lifted:
-            rewrite.notes.append(
+            turn.notes.append(
                 "evidence: the last reply's documents win close calls ("
                 + ", ".join(lifted)
                 + " moved up)"
@@ -444,17 +517,19 @@ async def retrieve(
     rerank: RerankRecord | None = None
     if settings.rerank is not None:
         started = time.perf_counter()
-        merged, rerank = await _rerank(masked_question, rewrite, queries, merged, model, settings)
-        timings["rerank"] = _ms(started)
-        rewrite.notes.append(rerank.note())
+        merged, rerank = await _rerank(
+            turn.masked_question, rewrite, queries, merged, model, settings
+        )
+        turn.timings["rerank"] = _ms(started)
+        turn.notes.append(rerank.note())
         if rerank.status == "kept":
-            errors.append(f"rerank failed: {rerank.reason}")
+            turn.errors.append(f"rerank failed: {rerank.reason}")
     searched_first = merged[0].hit.document_id if merged else None
     merged, version_note = prefer_current(merged, version_ask([q.text for q in queries], today))
     if version_note:
-        rewrite.notes.append(version_note)
-    merged = prefer_countries(merged, frozenset(rewrite.countries))
-    merged = prefer_areas(merged, frozenset(rewrite.areas))
+        turn.notes.append(version_note)
+    merged = prefer_countries(merged, frozenset(turn.changes.get("countries", rewrite.countries)))
+    merged = prefer_areas(merged, frozenset(turn.changes.get("areas", rewrite.areas)))
     merged = prefer_named_titles(
         merged, [h.expansion for h in rewrite.glossary_hits if h.source == "question"]
     )
@@ -465,29 +540,7 @@ async def retrieve(
         if merged and merged[0].hit.document_id != searched_first
         else None
     )
-    passages = cut_passages(
-        merged, limit=settings.passages, max_per_document=settings.max_per_document
-    )
-    _clarify_from_reply(
-        rewrite, queries, merged, reply_hits or [], window, masked_question, turn_language
-    )
-    _clarify_from_evidence(rewrite, merged, turn_language)
-    # The rerank's model call has its own line: "merge" is the fusion and the preferences.
-    timings["merge"] = round(_ms(t) - timings.get("rerank", 0.0), 2)
-    return RetrievalOutcome(
-        masked_question=masked_question,
-        masked_window=window,
-        rewrite=rewrite,
-        queries=queries,
-        merged=merged,
-        passages=passages,
-        timings_ms=timings,
-        errors=errors,
-        masker=masker,
-        pinned=pinned,
-        hyde=hyde,
-        rerank=rerank,
-    )
+    return merged, pinned, rerank
 
 
 def _embed(embedder: QueryEmbedder, queries: Sequence[SearchQuery]) -> list[list[float]]:
@@ -595,11 +648,8 @@ async def _cached_rewrite(
         except (KeyError, TypeError, ValueError):
             state = None  # a state of another shape: rewrite and store it anew
         else:
-            rewrite.cache = "hit"
-            rewrite.notes.append(
-                f"rewrite cache: hit (saved {max(0.0, computed_ms - _ms(t)):.1f} ms)"
-            )
-            return rewrite
+            note = f"rewrite cache: hit (saved {max(0.0, computed_ms - _ms(t)):.1f} ms)"
+            return replace(rewrite, cache="hit", notes=[*rewrite.notes, note])
     started = time.perf_counter()
     rewrite = await _rewrite(inp, settings, lexicon, model, errors)
     computed_ms = _ms(started)
@@ -608,8 +658,7 @@ async def _cached_rewrite(
             await asyncio.to_thread(cache.set, key, to_state(rewrite, computed_ms))
         except Exception as exc:  # not kept this time; the turn goes on
             errors.append(f"rewrite cache unavailable: {exc.__class__.__name__}")
-    rewrite.cache = "miss"
-    return rewrite
+    return replace(rewrite, cache="miss")
 
 
 async def _rewrite(
@@ -634,15 +683,14 @@ async def _rewrite(
         except Exception as exc:  # the dictionary is an aid too
             errors.append(f"dictionary lookup failed: {exc.__class__.__name__}")
         try:
-            result = rewrite_with_rules(inp, view)
-            result.policy = RULES_POLICY
-            return result
+            return replace(rewrite_with_rules(inp, view), policy=RULES_POLICY)
         except Exception as exc:  # never break the turn: search the question as typed
             errors.append(f"rule rewrite failed: {exc.__class__.__name__}: {exc}")
-            result = _baseline_rewrite(inp, "none")
-            result.error = f"rule rewrite failed: {exc.__class__.__name__}"
-            result.glossary_hits = find_glossary_hits(inp.question, inp.glossary)
-            return result
+            return replace(
+                _baseline_rewrite(inp, "none"),
+                error=f"rule rewrite failed: {exc.__class__.__name__}",
+                glossary_hits=find_glossary_hits(inp.question, inp.glossary),
+            )
 
     if settings.mode == "llm" and model is not None:
         result = await rewrite_with_llm(

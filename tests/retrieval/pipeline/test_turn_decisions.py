@@ -413,8 +413,8 @@ def test_a_reference_to_the_start_beyond_the_window_asks_back() -> None:
 
 
 def test_siblings_in_another_language_are_not_a_competing_reading() -> None:
+    from retrieval.pipeline.ask_back import evidence_ask_back
     from retrieval.pipeline.fusion import MergedHit
-    from retrieval.pipeline.retrieve import _clarify_from_evidence
     from retrieval.pipeline.types import RewriteResult
 
     def merged(doc: str, title: str, text: str) -> MergedHit:
@@ -425,13 +425,14 @@ def test_siblings_in_another_language_are_not_a_competing_reading() -> None:
         merged("br", "Vale-alimentação — colaboradores", "O cartão de benefícios é recarregado"),
     ]
     asked = RewriteResult(queries=[], backend="rules", clarify_terms=("tarjeta", "alimentacion"))
-    _clarify_from_evidence(asked, hits, "es")
-    assert not asked.needs_clarification  # one sibling is in the question's language
+    # one sibling is in the question's language
+    assert evidence_ask_back(asked, (), hits, (), (), "", "es") is None
     # A pronoun with nothing before it gets the best titles as options...
     pointer = rewrite("e isso?")
     assert pointer.needs_clarification and pointer.clarify_reason == "pointer"
-    _clarify_from_evidence(pointer, hits, "pt")
-    assert pointer.clarification is not None and len(pointer.clarification.options) == 2
+    named = evidence_ask_back(pointer, (), hits, (), (), "e isso?", "pt")
+    assert named is not None and named.reason == "pointer"
+    assert len(named.clarification.options) == 2
 
 
 @pytest.mark.parametrize(
