@@ -38,7 +38,7 @@ from conversations.trace import announced_block, trace_fields, trace_with_timing
 from retrieval.models import Collection
 from retrieval.pipeline.answer import label
 from retrieval.pipeline.plan import TurnBackends, TurnPlan, TurnRequest, plan_turn
-from retrieval.pipeline.respond import answer_turn
+from retrieval.pipeline.respond import Answer, answer_turn
 from retrieval.pipeline.retrieve import RewriteAnnouncement
 from retrieval.pipeline.search import Scope
 from retrieval.pipeline.types import HistoryMessage
@@ -140,32 +140,8 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
             stop=live.stop,
         )
 
-        # Store, then emit: whoever reacts to `done` finds the whole turn saved.
-        status = Message.Status.STOPPED if result.stopped else Message.Status.COMPLETE
-        extractive = result.kind == "extractive"
-        clock.mark("to_done")  # up to the last write, which stores it with the answer
-        finished = trace_with_timings(found, clock.timings, [result.error] if result.error else [])
-        await _answer_finish(
-            question=turn.message,
-            answer=answer,
-            text=result.text,
-            status=status,
-            error=result.error,
-            extractive=extractive,
-            timings_ms=finished["timings_ms"],
-            errors=finished["errors"],
-        )
+        await _answer_stored(turn, answer, result, found, clock, emit)
         streaming = None
-        await emit(
-            frames.done(
-                answer_id=answer.id,
-                reply_to=message_id,
-                status=status,
-                text=result.text,
-                extractive=extractive,
-                timings_ms=clock.timings,
-            )
-        )
     except Exception as exc:  # the user always gets an answer frame, never silence
         logger.exception("turn %s failed", message_id)
         await emit(
@@ -237,6 +213,42 @@ def turn_context_of(
     )
     backends = turn_backends_for(collection=collection, scope=scope)
     return TurnContext(message=message, collection=collection, request=request, backends=backends)
+
+
+async def _answer_stored(
+    turn: TurnContext,
+    answer: Message,
+    result: Answer,
+    found: dict[str, Any],
+    clock: _Clock,
+    emit: Emit,
+) -> None:
+    """Store the answer with the turn's timings, then emit `done`: whoever reacts to it finds
+    the whole turn saved."""
+    status = Message.Status.STOPPED if result.stopped else Message.Status.COMPLETE
+    extractive = result.kind == "extractive"
+    clock.mark("to_done")  # up to the last write, which stores it with the answer
+    finished = trace_with_timings(found, clock.timings, [result.error] if result.error else [])
+    await _answer_finish(
+        question=turn.message,
+        answer=answer,
+        text=result.text,
+        status=status,
+        error=result.error,
+        extractive=extractive,
+        timings_ms=finished["timings_ms"],
+        errors=finished["errors"],
+    )
+    await emit(
+        frames.done(
+            answer_id=answer.id,
+            reply_to=turn.message.id,
+            status=status,
+            text=result.text,
+            extractive=extractive,
+            timings_ms=clock.timings,
+        )
+    )
 
 
 async def _reply_at_once(

@@ -3,7 +3,7 @@
 A turn with a conversation before it is searched twice in parallel, on its own and with the
 conversation's topic, and the topic's words are searched alone as a probe of where the
 conversation is. Words cannot tell an implicit follow-up ("se eu for desligado, perco?")
-from a new question ("e o auxílio-creche, qual o valor?"); the results can:
+from a new question (a new benefit named, then what it is worth); the results can:
 
 - a new topic: the turn alone finds one document confidently (top of both the vector and
   the full-text leg), the topic-aware search agrees on it, and the topic's own search does
@@ -84,9 +84,10 @@ COVER_STEM = 5  # Snowball stems cut this short: "devolver" / "devolução", "pe
 def _names_something(new_terms: Sequence[str], text: str) -> bool:
     """Whether the turn's new words name a thing of their own: two or more of them, or one
     written as a name ("Basketball", "Hamnet") or a compound ("auxílio-creche"), or one
-    without the English "the" that makes a lone noun point back ("Who was the enemy?",
-    "What are the benefits?" ask of the conversation's subject; "Do I need scripts?" does
-    not). Portuguese and Spanish put an article before any noun ("e o auxílio-creche?")."""
+    without the English "the" that makes a lone noun point back (who "the <noun>" was, or
+    what "the <noun>" are, ask of the conversation's subject; whether one needs a bare
+    plural noun does not). Portuguese and Spanish put an article before any noun
+    ("e o auxílio-creche?")."""
     if len(new_terms) >= 2:
         return True
     new = set(new_terms)
@@ -141,92 +142,130 @@ def choose_reading(
     if not results[standalone]:
         keep = tuple(sorted((contextual, *others)))
         return ReadingDecision(keep, "contextual", "follow-up: the turn alone finds nothing")
-    alone = _documents(results[standalone])
-    together = _documents(results[contextual])
-    around = _documents(topic_hits or [])[:NEIGHBOURHOOD]
+    r = _Readings(
+        queries,
+        results,
+        standalone,
+        contextual,
+        others,
+        alone=_documents(results[standalone]),
+        together=_documents(results[contextual]),
+        around=_documents(topic_hits or [])[:NEIGHBOURHOOD],
+    )
+    alone, together, around = r.alone, r.together, r.around
     if new_terms and together and together[0] != alone[0]:
-        # What the two readings' best documents say of the turn's own new words.
-        wanted = _roots(new_terms, language)
-        own = _said(results[standalone], alone[0], language) & wanted
-        topical = _said(results[contextual], together[0], language) & wanted
-        # The conversation's page says some of the new words in passing, while the turn's
-        # own page is titled by all of them and the topic-aware reading ranks it near its
-        # top too ("e pra quem adota, tem licença?" after the daycare allowance, whose page
-        # mentions maternity leave: "Licença-maternidade e licença-adotante").
-        titled = _titled(results[standalone], alone[0], language)
-        partly = topical < wanted and wanted <= titled and alone[0] in together[:CONFIDENT_RANK]
-        if (
-            own == wanted
-            and (not topical or partly)
-            and _names_something(new_terms, queries[standalone].text)
-            and _confident(results[standalone])
-            and alone[0] not in around
-        ):
-            # "e o auxílio-creche, qual o valor?" after remote work: the topic-aware reading
-            # lands on the old page, which never says the turn's words; the turn's own does.
-            keep = tuple(i for i in everything if i != contextual)
-            reason = (
-                f"new topic: '{alone[0]}' says the turn's own words "
-                f"({', '.join(new_terms)}), the conversation's page '{together[0]}' none"
-            )
-            return ReadingDecision(keep, "standalone", reason)
-        if topical > own and _confident(results[contextual]):
-            # "tenho q devolver se pedir demissão?" after the education allowance: the
-            # topic-aware reading's page says more of the turn's own words (its repayment
-            # rule: "devolver") than the resignation page the words alone find.
-            keep = tuple(sorted((contextual, *others)))
-            reason = (
-                f"follow-up: the topic-aware reading's '{together[0]}' says more of the "
-                f"turn's own words ({', '.join(new_terms)}) than '{alone[0]}'"
-            )
-            return ReadingDecision(keep, "contextual", reason)
+        decided = _by_new_words(r, new_terms, language)
+        if decided is not None:
+            return decided
     # The topic-aware search agreeing on the turn's own best document, or the turn naming
     # things the conversation never did, says the topic's words only add noise.
     agrees = together[:1] == alone[:1] or len(new_terms) >= NEW_TERMS
-    # New words that only ask for a kind of answer ("quanto custa por mês?") name no topic:
-    # a page found with them ("ajuda de custo") is no new subject.
+    # New words that only ask for a kind of answer ("how much", "when") name no topic: a
+    # page found with them is no new subject.
     asks_only = bool(new_terms) and all(normalize(t) in CUE_WORDS for t in new_terms)
     if _confident(results[standalone]) and agrees and not asks_only and alone[0] not in around:
-        keep = tuple(i for i in everything if i != contextual)
         why = "both readings agree on it" if together[:1] == alone[:1] else "new words"
         reason = (
             f"new topic: the turn alone finds '{alone[0]}' confidently, outside the "
             f"conversation's documents ({why}: {', '.join(new_terms) or '-'})"
         )
-        return ReadingDecision(keep, "standalone", reason)
+        return ReadingDecision(r.without_contextual, "standalone", reason)
     if around and not set(alone[:NEIGHBOURHOOD]) & set(around):
-        if (
-            0 < len(content_terms(topic or "")) <= FOCUSED_TOPIC_TERMS
-            and _confident(results[contextual])
-            and together[0] in around
-            and alone[0] not in together[:CONFIDENT_RANK]
-        ):
-            # A topic of a few words ("estagiária vale-refeição") that, added to the turn,
-            # lands firmly on a document of the conversation, blind to the turn's own
-            # favourite: a follow-up whose words alone wander off ("desconta alguma coisa
-            # da minha bolsa?"). A long topic lands on its own documents whatever the turn
-            # asks, so it proves nothing (MTRAG's drifts: "Hamnet" after Hamlet's films).
-            keep = tuple(sorted((contextual, *others)))
-            reason = (
-                f"follow-up: the topic-aware reading finds '{together[0]}' confidently, "
-                "among the conversation's documents, and the turn alone strays"
-            )
-            return ReadingDecision(keep, "contextual", reason)
-        # The turn alone reaches none of the conversation's documents, yet does not stand
-        # out as a new topic: a drift ("and what about its side effects?") as often as a
-        # follow-up. Both readings are searched, fused equally (the user's words are the
-        # plain reading already).
-        keep = tuple(sorted((contextual, standalone, *others)))
-        reason = "undecided: the turn alone finds none of the conversation's documents"
-        return ReadingDecision(keep, "both", reason, BOTH_STANDALONE_WEIGHT)
-    keep = tuple(sorted((contextual, *others)))
+        return _away_from_the_conversation(r, topic)
     if around and alone[0] in around:
         reason = f"follow-up: the turn alone stays among the conversation's documents ({alone[0]})"
     elif together[:1] != alone[:1]:
         reason = "follow-up: the conversation's topic changes what the turn finds"
     else:
         reason = "follow-up: the turn alone finds nothing confidently"
-    return ReadingDecision(keep, "contextual", reason)
+    return ReadingDecision(r.contextual_only, "contextual", reason)
+
+
+@dataclass(frozen=True)
+class _Readings:
+    """A follow-up's two readings, each query's hits, and the documents each one found."""
+
+    queries: Sequence[SearchQuery]
+    results: Sequence[Sequence[Hit]]
+    standalone: int
+    contextual: int
+    others: tuple[int, ...]
+    alone: list[str]  # the documents the turn alone finds, best first
+    together: list[str]  # those the topic-aware reading finds
+    around: list[str]  # the conversation's documents (the topic probe's best)
+
+    @property
+    def without_contextual(self) -> tuple[int, ...]:
+        return tuple(i for i in range(len(self.queries)) if i != self.contextual)
+
+    @property
+    def contextual_only(self) -> tuple[int, ...]:
+        return tuple(sorted((self.contextual, *self.others)))
+
+
+def _by_new_words(
+    r: _Readings, new_terms: Sequence[str], language: str | None
+) -> ReadingDecision | None:
+    """Decide from what the two readings' best documents say of the turn's own new words
+    (None: they do not tell)."""
+    alone, together, results = r.alone, r.together, r.results
+    wanted = _roots(new_terms, language)
+    own = _said(results[r.standalone], alone[0], language) & wanted
+    topical = _said(results[r.contextual], together[0], language) & wanted
+    # The conversation's page says some of the new words in passing, while the turn's own
+    # page is titled by all of them and the topic-aware reading ranks it near its top too
+    # (a new kind of leave asked after an allowance whose page mentions another leave).
+    titled = _titled(results[r.standalone], alone[0], language)
+    partly = topical < wanted and wanted <= titled and alone[0] in together[:CONFIDENT_RANK]
+    if (
+        own == wanted
+        and (not topical or partly)
+        and _names_something(new_terms, r.queries[r.standalone].text)
+        and _confident(results[r.standalone])
+        and alone[0] not in r.around
+    ):
+        # A new benefit named after another subject: the topic-aware reading lands on the
+        # old page, which never says the turn's words; the turn's own does.
+        reason = (
+            f"new topic: '{alone[0]}' says the turn's own words "
+            f"({', '.join(new_terms)}), the conversation's page '{together[0]}' none"
+        )
+        return ReadingDecision(r.without_contextual, "standalone", reason)
+    if topical > own and _confident(results[r.contextual]):
+        # A condition asked of the topic (repaying an allowance on leaving): the topic-aware
+        # reading's page says more of the turn's own words than the page the words alone
+        # find (the resignation page).
+        reason = (
+            f"follow-up: the topic-aware reading's '{together[0]}' says more of the "
+            f"turn's own words ({', '.join(new_terms)}) than '{alone[0]}'"
+        )
+        return ReadingDecision(r.contextual_only, "contextual", reason)
+    return None
+
+
+def _away_from_the_conversation(r: _Readings, topic: str | None) -> ReadingDecision:
+    """The turn alone reaches none of the conversation's documents: a follow-up whose words
+    wander off, or a drift; search both where it cannot tell."""
+    if (
+        0 < len(content_terms(topic or "")) <= FOCUSED_TOPIC_TERMS
+        and _confident(r.results[r.contextual])
+        and r.together[0] in r.around
+        and r.alone[0] not in r.together[:CONFIDENT_RANK]
+    ):
+        # A topic of a few words that, added to the turn, lands firmly on a document of the
+        # conversation, blind to the turn's own favourite: a follow-up whose words alone
+        # wander off. A long topic lands on its own documents whatever the turn asks, so it
+        # proves nothing (MTRAG's drifts from one work to another of the same author).
+        reason = (
+            f"follow-up: the topic-aware reading finds '{r.together[0]}' confidently, "
+            "among the conversation's documents, and the turn alone strays"
+        )
+        return ReadingDecision(r.contextual_only, "contextual", reason)
+    # Not standing out as a new topic either: a drift as often as a follow-up. Both readings
+    # are searched, fused equally (the user's words are the plain reading already).
+    keep = tuple(sorted((r.contextual, r.standalone, *r.others)))
+    reason = "undecided: the turn alone finds none of the conversation's documents"
+    return ReadingDecision(keep, "both", reason, BOTH_STANDALONE_WEIGHT)
 
 
 # The conversation's last reply was written from its documents (in the chat, quoted from
@@ -301,7 +340,7 @@ def favour_reply_documents(
 
 
 # A short question's words, beyond facets such as "prazo" or "valor", that may still leave
-# it ambiguous ("quero entrar no plano, como faz?").
+# it ambiguous (asking how to join "the plan" where several plans exist).
 SHORT_QUESTION_TERMS = 3
 # How many of the best documents a clarification weighs, and offers at most.
 CLARIFY_DEPTH = 3
@@ -331,7 +370,7 @@ def ambiguous_documents(
 
     `titles` are the best documents' (title, title words), best first. The readings split
     across sibling documents when none of the question's words tells the best documents'
-    titles apart: "quanto tempo de licença eu tenho?" matches "licença" in both the
+    titles apart: a short question of how long a leave lasts matches "licença" in both the
     maternity and the paternity page; "licença paternidade, quantos dias?" matches one.
     `texts` (each document's best passage, as words) settle it too: a question word beyond
     the titles' that only the best page's passage has ("where does it snow the most in
@@ -425,7 +464,7 @@ def reply_named_documents(
     language: str | None = None,
 ) -> list[str]:
     """The found pages a follow-up cannot choose between because the last reply named
-    each of them and the turn only asks how much, when or how: "quanto custa por mês?"
+    each of them and the turn only asks how much, when or how: a monthly-cost question
     after "inclua-o na assistência médica e na assistência odontológica". [] otherwise.
 
     A page is named when the reply says its title's subject (_head_stems); the turn asks

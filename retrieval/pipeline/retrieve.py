@@ -291,6 +291,27 @@ async def retrieve(
     passages = cut_passages(
         merged, limit=settings.passages, max_per_document=settings.max_per_document
     )
+    _ask_back_step(turn, merged, found)
+    # The rerank's model call has its own line: "merge" is the fusion and the preferences.
+    turn.timings["merge"] = round(_ms(t) - turn.timings.get("rerank", 0.0), 2)
+    return RetrievalOutcome(
+        masked_question=turn.masked_question,
+        masked_window=turn.window,
+        rewrite=turn.rewrite(),
+        queries=turn.queries,
+        merged=merged,
+        passages=passages,
+        timings_ms=turn.timings,
+        errors=turn.errors,
+        masker=turn.masker,
+        pinned=pinned,
+        hyde=turn.hyde,
+        rerank=rerank,
+    )
+
+
+def _ask_back_step(turn: _Turn, merged: Sequence[MergedHit], found: _Found) -> None:
+    """Ask back where the pages found show the turn's readings split (ask_back.py)."""
     asked = evidence_ask_back(
         turn.rewrite(),
         turn.queries,
@@ -308,22 +329,6 @@ async def retrieve(
         )
         if asked.note:
             turn.notes.append(asked.note)
-    # The rerank's model call has its own line: "merge" is the fusion and the preferences.
-    turn.timings["merge"] = round(_ms(t) - turn.timings.get("rerank", 0.0), 2)
-    return RetrievalOutcome(
-        masked_question=turn.masked_question,
-        masked_window=turn.window,
-        rewrite=turn.rewrite(),
-        queries=turn.queries,
-        merged=merged,
-        passages=passages,
-        timings_ms=turn.timings,
-        errors=turn.errors,
-        masker=turn.masker,
-        pinned=pinned,
-        hyde=turn.hyde,
-        rerank=rerank,
-    )
 
 
 async def _rewritten(
