@@ -245,7 +245,8 @@ def answer_kind(question: str) -> AnswerKind | None:
 
 # Words that only ask how much or how often ("quantas vezes", "cuánto", "how many times"):
 # no page is about them, yet in the full-text leg, weighted by rarity, "vezes" outranked the
-# topic ("a PLR desse ano paga em quantas vezes?" found the meal card's "uma vez por ano").
+# topic (a profit-sharing question asking in how many instalments found another benefit's
+# "once a year").
 _ASKING = frozenset(
     "quanto quanta quantos quantas qnto qto qntos qntas qtos qtas "
     "cuanto cuanta cuantos cuantas".split()

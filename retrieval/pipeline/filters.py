@@ -233,7 +233,7 @@ def prefer_current(merged: Sequence[MergedHit], ask: VersionAsk) -> tuple[list[M
     """Order the hits by version (see the module's docstring); say what moved, or "".
 
     A page the question asks for (the old version, that year's) moves up past its own
-    other versions only: "como era a PLR na política antiga?" puts the replaced PLR page
+    other versions only: asking how a policy was before puts the replaced page
     before the current one, never the replaced remote-work page before both. A replaced
     page asked for by nobody goes after every current one.
     """

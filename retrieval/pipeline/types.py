@@ -134,7 +134,7 @@ class RewriteResult:
     # Rare words (or glossary terms) of the turn that no earlier message has: a turn that
     # names something new may be a new topic.
     new_terms: tuple[str, ...] = ()
-    # A short question with nothing to carry ("quanto tempo de licença eu tenho?"): its
+    # A short question with nothing to carry (how long a leave lasts, asked alone): its
     # content words, for the search evidence to tell whether its readings split across
     # sibling documents (then it asks back, naming them).
     clarify_terms: tuple[str, ...] = ()

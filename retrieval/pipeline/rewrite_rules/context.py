@@ -43,7 +43,7 @@ SUBTOPIC_TERMS = 2  # rare words taken from each dependent turn after it
 _INFINITIVE_RE = re.compile(r"^\w{2,}(?:ar|er|ir)(?:l[ao]s?|se|me|te|nos|lhe)?$")
 EARLIER_ANCHOR_TERMS = 1  # rare words the turn before the newest self-contained one lends
 # A turn of common words only leans on the conversation when it is this short; a longer
-# one ("is storage included in the VPC price?") says what it asks about...
+# one (whether one product is included in another's price) says what it asks about...
 WEAK_MAX_TERMS = 2
 # ...and a short turn's word must be rarer than usual to name a topic by itself: in a
 # policy corpus "prazo" or "limite" are rare yet only ask about a facet of the topic
@@ -192,7 +192,7 @@ def assess(
     # A pronoun may point at an earlier clause of the same turn ("Speaking of vaccines,
     # how are they made?", "o Rafael pediu demissão e ele tinha auxílio"), but a
     # Portuguese or Spanish demonstrative points at the conversation even after a clause
-    # of its own ("passei por uma enchente, dá pra pegar mais que isso?").
+    # of its own (a personal event told, then whether more than that can be had).
     inside = False
     if anaphors:
         demonstrative = lang in ("pt", "es") and turn.tokens[anaphors[0]].norm not in _PERSONAL
@@ -446,7 +446,7 @@ def points_back(turn: Turn, dependency: Dependency, lang: str | None, sw: frozen
 
     A pronoun ("isso vale para PJ?"), a hypothetical ("e se eu sair antes?") or a
     restriction ("e para PJ?", "y en Chile?") cannot start a new topic; a bare noun phrase
-    ("e o auxílio-creche, qual o valor?") can, and is left to the search evidence.
+    (a new benefit named, then its value) can, and is left to the search evidence.
     """
     if dependency.kind == "anaphor":
         return True

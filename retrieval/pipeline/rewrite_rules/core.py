@@ -158,7 +158,7 @@ class _Context:
 
 
 def _substitute(turn: Turn, dependency: Dependency, topic: str) -> str | None:
-    """Put the topic where the pronoun stands ("Any cures for it?"), when it is neutral."""
+    """Put the topic where a neutral pronoun stands (a question of remedies "for it")."""
     if dependency.kind != "anaphor" or not 0 <= dependency.position < len(turn.tokens):
         return None
     token = turn.tokens[dependency.position]
@@ -226,7 +226,7 @@ def _resolve(
     notes = ctx.result.notes
     if source == "part" and dependency.kind in ("self", "weak"):
         # A later part asks its own question ("... y cómo pido un anticipo?") unless it is
-        # a word or two ("is india growing fast? how fast?").
+        # a word or two (a yes/no question followed by its "how much" echo).
         short = len(set(part.terms)) < 2
         dependency = Dependency("weak", "short follow-up part") if short else Dependency("self")
     if not dependency.dependent:
@@ -564,7 +564,7 @@ def _add_readings(
     standalone = part.text.strip()
     contextual = query
     if not carried and names_what_it_defines(part.tokens, ctx.lang):
-        # "what are VPC clusters?" after worker nodes names what it asks about: the
+        # a "what are <acronym> <noun>?" after another subject names what it asks about: the
         # conversation's words would only pull its own pages up.
         ctx.result.notes.append("asks what a thing it names in full is: kept as asked")
         _add_query(ctx, query, "normalize", seen)
@@ -638,7 +638,7 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
             p for p in own if any(ctx.stats.is_strong(w) or w in ctx.protected for w in p.terms)
         ]
         if named and assessed.kind == "anaphor":
-            # "What about HIV pandemic? did it kill many people?": "it" is what the part
+            # "What about <subject>? did it ...?": "it" is what the part
             # before named itself, not the flu that part carried from the conversation (a
             # part that names nothing, "e isso?", lends what it carried).
             context = named
@@ -646,7 +646,7 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
         query, dependency, carried, swap = _resolve(ctx, part, assessed, context, label, source)
         pointing = dependency.kind in ("anaphor", "ellipsis")
         # "e isso?", "y en Chile?" with nothing before them; a longer turn names its own
-        # subject ("where does doctor strange get his powers from"). Still searched.
+        # subject (a where-does question about a named character). Still searched.
         vague = len(set(part.terms)) <= POINTING_ALONE_TERMS
         if index == 0 and pointing and vague and not carried and not _has_topic(ctx, users):
             _ask_to_clarify(ctx, users)

@@ -48,8 +48,8 @@ _TIME_WORDS = _set(
 )
 SURFACE_ANAPHORS: dict[str, frozenset[str]] = {
     "pt": _set("lá"),
-    # "le"/"les" are only ever pronouns in Spanish ("¿le van a descontar del sueldo?"
-    # after a colleague's stolen laptop); "lê" (reads) keeps its accent.
+    # "le"/"les" are only ever pronouns in Spanish (whether "they" will deduct something from
+    # a person's pay, after a colleague's stolen laptop); "lê" (reads) keeps its accent.
     "es": _set("él le les"),
     "en": frozenset(),
 }
@@ -333,7 +333,7 @@ def is_topic_switch(tokens: Sequence[Token]) -> bool:
     present = set(words)
     if present & _SWITCH_VERBS and present & _SWITCH_NOUNS:
         return True
-    # "e sobre o plano odontológico?" names a new subject; "e sobre o prazo?" asks a facet.
+    # "e sobre o <benefit>?" names a new subject; "e sobre o <deadline>?" asks a facet.
     rest = strip_lead_filler(tokens)
     lead = tuple(t.norm for t in rest[:2])
     if lead in _ABOUT_OPENERS and lead[0] == rest[0].text.casefold():
@@ -424,7 +424,7 @@ def refers_to_start(tokens: Sequence[Token]) -> bool:
     )
 
 
-# "What are VPC clusters?", "what is an account?", "Explain Spark.": English asks what a
+# "What are <acronym> <noun>?", "what is an <noun>?", "Explain <name>.": English asks what a
 # thing is by naming it; "the" ("what is the limit?") or a pronoun points back instead.
 _DEFINITION_STARTS = (("what", "is"), ("what", "are"), ("explain",), ("define",))
 _DEFINITION_OPENERS = _set("so and ok okay then but")

@@ -21,7 +21,7 @@ _QUANTITIES = frozenset("quanto quanta quantos quantas cuanto cuanta cuantos cua
 
 
 # After "y", a Spanish pronoun before a verb opens a clause: "... y se mantiene el seguro?"
-# (only after the conjunction: "se me rompió la compu, me la descuentan?" is one question).
+# (only after the conjunction: a mishap told, then whether it is deducted, is one question).
 _SPANISH_PRONOUNS = frozenset("se me te nos".split())
 
 
