@@ -356,6 +356,11 @@ CHATRAG_SEARCH_PASSAGES = env_int("CHATRAG_SEARCH_PASSAGES", 6, minimum=1)
 # policy, model and permissions (retrieval.pipeline.rewrite_cache); 0 keeps none.
 CHATRAG_REWRITE_CACHE_SECONDS = env_int("CHATRAG_REWRITE_CACHE_SECONDS", 86_400, minimum=0)
 CHATRAG_SEARCH_MAX_PER_DOCUMENT = env_int("CHATRAG_SEARCH_MAX_PER_DOCUMENT", 2, minimum=1)
+# The search's own psycopg pool (retrieval.pipeline.search.SearchEngine, and the rewrite's
+# vocabulary lookups through it), beside Django's CHATRAG_DB_POOL_SIZE: a process holds up to
+# both, so PostgreSQL's max_connections must cover (CHATRAG_DB_POOL_SIZE +
+# CHATRAG_SEARCH_POOL_SIZE) x processes. Its own because a turn runs its searches at once on
+# threads, one connection each, while Django's connections serve the ORM's calls.
 CHATRAG_SEARCH_POOL_SIZE = env_int("CHATRAG_SEARCH_POOL_SIZE", 6, minimum=1)
 
 # Chat limits.

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from functools import lru_cache
 from typing import Any, Generic, Literal, TypeVar
 
+from cachetools import LRUCache, TTLCache
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
@@ -255,23 +255,31 @@ V = TypeVar("V")
 
 class _KeptAMinute(Generic[K, V]):
     """Aggregates over a collection's documents, kept a minute in each process: they change
-    only when documents are ingested, and counting them on every turn grows with them."""
+    only when documents are ingested, and counting them on every turn grows with them.
+
+    A `cachetools.TTLCache` behind a lock (the turns' database threads share it); bounded,
+    the least recently used key going first.
+    """
 
     MAX_AGE_S = 60.0
+    MAX_KEYS = 256
 
     def __init__(self) -> None:
-        self._values: dict[K, tuple[float, V]] = {}
+        self._values: TTLCache[K, V] = TTLCache(maxsize=self.MAX_KEYS, ttl=self.MAX_AGE_S)
+        self._lock = threading.Lock()
 
     def get(self, key: K, compute: Callable[[], V]) -> V:
-        kept = self._values.get(key)
-        if kept is not None and time.monotonic() - kept[0] < self.MAX_AGE_S:
-            return kept[1]
-        value = compute()
-        self._values[key] = (time.monotonic(), value)
+        with self._lock:
+            if key in self._values:
+                return self._values[key]
+        value = compute()  # outside the lock: a slow count does not hold the other readers
+        with self._lock:
+            self._values[key] = value
         return value
 
     def clear(self) -> None:
-        self._values.clear()
+        with self._lock:
+            self._values.clear()
 
 
 # Counting every document's language took 21 ms of each turn at 13k documents (the benchmark's
@@ -384,7 +392,9 @@ _LEXICON_SQL = f"""
     SELECT NULL, ({_VERSION_SQL}), NULL
 """  # noqa: S608 - constants; every value is bound
 _COUNT_MAX_AGE_S = 60.0
-_readable_counts: dict[Scope, tuple[float, int, int]] = {}
+# How many chunks each reader scope may read, with the vocabulary version it was counted at.
+_readable_counts: TTLCache[Scope, tuple[int, int]] = TTLCache(maxsize=1024, ttl=_COUNT_MAX_AGE_S)
+_readable_lock = threading.Lock()
 
 
 @dataclass
@@ -425,11 +435,11 @@ class _Known:
 
 # Word statistics kept between turns, per reader scope, for one vocabulary version: a turn
 # looks up its history's words again, and their spelling candidates cost most of the lookup.
-# Bounded (~1.5 MB a scope at most): a scope past its words, or a 17th scope, starts over.
-_known: dict[Scope, _Known] = {}
+# Bounded (~1.5 MB a scope at most): a scope past its words starts over, and a 17th scope
+# pushes out the least recently used one.
+_known: LRUCache[Scope, _Known] = LRUCache(maxsize=16)
 _known_lock = threading.Lock()
 _KNOWN_MAX_WORDS = 10_000
-_KNOWN_MAX_SCOPES = 16
 
 
 def _spellable(word: str) -> bool:
@@ -474,7 +484,8 @@ class VocabularyLexicon:
         wanted = sorted(w for w in words if w)[:2000]
         if not wanted:
             return LexiconView()
-        known = _known.get(self.scope)
+        with _known_lock:
+            known = _known.get(self.scope)
         missing = wanted if known is None else [w for w in wanted if w not in known.df]
         with self.engine.pool.connection() as conn:
             version, rows = self._look_up(conn, missing)
@@ -490,8 +501,6 @@ class VocabularyLexicon:
             view = known.view(wanted, n_chunks)
             if len(known.df) > _KNOWN_MAX_WORDS:
                 known = _Known(version)
-            if self.scope not in _known and len(_known) >= _KNOWN_MAX_SCOPES:
-                _known.clear()
             _known[self.scope] = known
         return view
 
@@ -512,16 +521,14 @@ class VocabularyLexicon:
         Kept for a minute (it only weighs words), and counted again at once after the
         vocabulary was rebuilt (an ingestion, a deletion, a change of groups).
         """
-        cached = _readable_counts.get(self.scope)
-        if (
-            cached is not None
-            and cached[1] == version
-            and time.monotonic() - cached[0] < _COUNT_MAX_AGE_S
-        ):
-            return cached[2]
+        with _readable_lock:
+            cached = _readable_counts.get(self.scope)
+        if cached is not None and cached[0] == version:
+            return cached[1]
         row = conn.execute(READABLE_CHUNKS_SQL, _scope_args(self.scope)).fetchone()
         count = int(row[0]) if row else 0
-        _readable_counts[self.scope] = (time.monotonic(), version, count)
+        with _readable_lock:
+            _readable_counts[self.scope] = (version, count)
         return count
 
 
