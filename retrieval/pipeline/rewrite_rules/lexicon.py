@@ -6,6 +6,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from rapidfuzz.distance import OSA
+
 from retrieval.pipeline.text import is_placeholder, token_spans
 from retrieval.pipeline.types import LexiconView
 
@@ -78,16 +80,7 @@ class Stats:
 
 def edit_distance(a: str, b: str) -> int:
     """Return the optimal-string-alignment distance (a swap of neighbours counts once)."""
-    prev2: list[int] = []
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        row = [i] + [0] * len(b)
-        for j, cb in enumerate(b, 1):
-            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (ca != cb))
-            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
-                row[j] = min(row[j], prev2[j - 2] + 1)
-        prev2, prev = prev, row
-    return prev[-1]
+    return int(OSA.distance(a, b))
 
 
 def _plausible_fix(word: str, fix: str) -> bool:
