@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+import json_repair
+
 from retrieval.pipeline.text import normalize
 from retrieval.pipeline.types import Clarification, QueryType, SearchQuery
 
@@ -81,11 +83,8 @@ MAX_AREA_CHARS: Final = 60
 _MAX_CANDIDATES: Final = 12
 
 _THINK_RE = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
-_TRAILING_COMMA_RE = re.compile(r",(\s*[}\]])")
-_PY_LITERALS: Final = {"True": "true", "False": "false", "None": "null"}
 _CLOSERS: Final = {"{": "}", "[": "]"}
 _REPLY_KEYS: Final = frozenset({"queries", "query", "needs_clarification"})
-_ESCAPES: Final = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
 
 
 class RewriteParseError(ValueError):
@@ -144,65 +143,6 @@ def _scan_balanced(text: str, start: int) -> int | None:
     return None
 
 
-def _read_string(segment: str, i: int) -> tuple[str, int]:
-    """Read the quoted literal opening at `i` (either quote); return its value and end."""
-    quote = segment[i]
-    j = i + 1
-    n = len(segment)
-    chars: list[str] = []
-    while j < n and segment[j] != quote:
-        if segment[j] == "\\" and j + 1 < n:
-            nxt = segment[j + 1]
-            hex4 = segment[j + 2 : j + 6]
-            if nxt == "u" and len(hex4) == 4 and all(h in "0123456789abcdefABCDEF" for h in hex4):
-                chars.append(chr(int(hex4, 16)))
-                j += 6
-                continue
-            chars.append(_ESCAPES.get(nxt, nxt))
-            j += 2
-            continue
-        chars.append(segment[j])
-        j += 1
-    return "".join(chars), j + 1
-
-
-def _next_non_space(segment: str, j: int) -> str:
-    while j < len(segment) and segment[j].isspace():
-        j += 1
-    return segment[j] if j < len(segment) else ""
-
-
-def _repair(segment: str) -> str:
-    """Rewrite near-JSON into JSON.
-
-    Handles single-quoted strings, raw control characters in strings, Python literals,
-    unquoted keys and trailing commas. Strings are re-emitted by json.dumps, so the
-    trailing-comma regex afterwards cannot touch their contents.
-    """
-    out: list[str] = []
-    i = 0
-    n = len(segment)
-    while i < n:
-        c = segment[i]
-        if c in "\"'":
-            value, i = _read_string(segment, i)
-            out.append(json.dumps(value, ensure_ascii=False))
-        elif c.isalpha() or c == "_":
-            j = i
-            while j < n and (segment[j].isalnum() or segment[j] == "_"):
-                j += 1
-            word = segment[i:j]
-            if _next_non_space(segment, j) == ":":
-                out.append(json.dumps(word))
-            else:
-                out.append(_PY_LITERALS.get(word, word))
-            i = j
-        else:
-            out.append(c)
-            i += 1
-    return _TRAILING_COMMA_RE.sub(r"\1", "".join(out))
-
-
 def _loads(segment: str) -> object:
     """Parse `segment` as JSON, then as repaired near-JSON; raise ValueError if neither works."""
     try:
@@ -211,10 +151,18 @@ def _loads(segment: str) -> object:
         raise ValueError("JSON nested too deeply") from exc
     except ValueError:
         pass
+    # Near-JSON as small models write it (single quotes, Python literals, unquoted keys,
+    # trailing commas, raw newlines in strings): json-repair mends it.
     try:
-        return json.loads(_repair(segment), strict=False)
+        value = json_repair.loads(segment, skip_json_loads=True)
     except RecursionError as exc:
         raise ValueError("JSON nested too deeply") from exc
+    except Exception as exc:  # the mender's own slips (an IndexError on some inputs): unmended
+        raise ValueError(f"unrepairable: {exc.__class__.__name__}") from exc
+    # Mended text counts only as a reply: json-repair makes an object of any prose in braces.
+    if isinstance(value, list) or (isinstance(value, dict) and _REPLY_KEYS & value.keys()):
+        return value
+    raise ValueError("not a reply, even repaired")
 
 
 def _extract_json(raw: str) -> dict[str, Any] | list[Any]:
