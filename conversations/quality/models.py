@@ -116,7 +116,7 @@ class GateRun(models.Model):
         FILE = "file"
 
     # Each policy: the rewrite mode, the model (llm only) and its version string
-    # ("rules-2026.12.2", "llm/<model>/prompt-<hash>", "none", "last-turn").
+    # ("rules-<hash of the rules>", "llm/<model>/prompt-<hash>", "none", "last-turn").
     current_mode = models.CharField(max_length=20)
     current_model = models.CharField(max_length=200, blank=True)
     current_policy = models.CharField(max_length=300)

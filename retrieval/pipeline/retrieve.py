@@ -48,6 +48,7 @@ from .rewrite_rules import lexicon_words, rewrite_with_rules
 from .search import Scope, Searcher, SearchParams, SearchRequest
 from .text import content_terms, detect_language, normalize, token_spans
 from .types import (
+    FiredRule,
     HistoryMessage,
     LexiconView,
     RewriteInput,
@@ -184,25 +185,29 @@ def _words(text: str) -> list[str]:
     return [t.norm for t in token_spans(text)]
 
 
+# The rule that fired when the search evidence kept a follow-up's reading.
+_READING_RULES = {"standalone": "new_topic", "contextual": "follow_up", "both": "both_readings"}
+
+
 def _decide_reading(
     rewrite: RewriteResult,
     queries: list[SearchQuery],
     results: list[list[Hit]],
     topic_hits: list[Hit] | None,
     language: str | None,
-) -> tuple[list[SearchQuery], list[list[Hit]], str | None]:
+) -> tuple[list[SearchQuery], list[list[Hit]], str | None, str | None]:
     """Keep the reading of a follow-up that the search evidence supports (see evidence.py),
-    with why (None: nothing to decide)."""
+    with why and which (None: nothing to decide)."""
     decision = choose_reading(
         queries, results, topic_hits, rewrite.new_terms, rewrite.topic, language
     )
     if decision.reading is None:
-        return queries, results, None
+        return queries, results, None, None
     kept = [
         replace(q, weight=q.weight * decision.standalone_weight) if q.reading == "standalone" else q
         for q in (queries[i] for i in decision.keep)
     ]
-    return kept, [results[i] for i in decision.keep], decision.reason
+    return kept, [results[i] for i in decision.keep], decision.reason, decision.reading
 
 
 @dataclass
@@ -221,13 +226,18 @@ class _Turn:
     queries: list[SearchQuery] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    fired: list[FiredRule] = field(default_factory=list)
     changes: dict[str, Any] = field(default_factory=dict)
     hyde: HydeRecord | None = None
 
+    def fire(self, rule: str, detail: str) -> None:
+        """Record that `rule` fired on the turn, with its detail (the trace's note)."""
+        self.fired.append(FiredRule(rule, detail))
+
     def rewrite(self) -> RewriteResult:
-        notes = [*self.rewritten.notes, *self.notes]
-        return replace(self.rewritten, notes=notes, **self.changes)
+        notes = [*self.rewritten.notes, *(r.detail for r in self.fired)]
+        fired = [*self.rewritten.fired, *self.fired]
+        return replace(self.rewritten, notes=notes, fired=fired, **self.changes)
 
 
 @dataclass(frozen=True)
@@ -328,7 +338,7 @@ def _ask_back_step(turn: _Turn, merged: Sequence[MergedHit], found: _Found) -> N
             clarification=asked.clarification,
         )
         if asked.note:
-            turn.notes.append(asked.note)
+            turn.fire("ask_siblings", asked.note)
 
 
 async def _rewritten(
@@ -394,7 +404,7 @@ async def _hyde_step(turn: _Turn, model: ChatModel | None, settings: RetrievalSe
         turn.masked_question, turn.rewritten, turn.queries, turn.language, model, settings
     )
     turn.timings["hyde"] = _ms(t)
-    turn.notes.append(hyde.note())
+    turn.fire("hyde", hyde.note())
     if hyde.status == "failed":
         turn.errors.append(f"hyde failed: {hyde.reason}")
     turn.hyde = hyde
@@ -466,26 +476,27 @@ async def _searched(
 
 def _filters(turn: _Turn, found: _Found, areas: Sequence[str]) -> _Found:
     """Keep the reading the evidence supports; note the countries and areas the turn names."""
-    queries, results, reason = _decide_reading(
+    queries, results, reason, reading = _decide_reading(
         turn.rewritten, turn.queries, found.results, found.topic_hits, turn.language
     )
     turn.queries = queries
-    if reason is not None:
+    if reason is not None and reading is not None:
         turn.changes["decision"] = reason
-        turn.notes.append(f"evidence: {reason}")
+        turn.fire(_READING_RULES[reading], f"evidence: {reason}")
     user_words = [m.text for m in turn.window if m.role == "user"]
     countries = turn_countries(queries, user_words)
     if countries:
         named = tuple(sorted(countries))
         turn.changes["countries"] = named
-        turn.notes.append(
-            f"country filter: {', '.join(named)} (its pages first, other countries' pages after)"
+        turn.fire(
+            "country",
+            f"country filter: {', '.join(named)} (its pages first, other countries' pages after)",
         )
     asked_areas = area_ask([turn.masked_question, *(q.text for q in queries)], areas)
     if asked_areas:
         named = tuple(sorted(asked_areas))
         turn.changes["areas"] = named
-        turn.notes.append(f"area filter: {', '.join(named)} (its passages first)")
+        turn.fire("area", f"area filter: {', '.join(named)} (its passages first)")
     return replace(found, results=results)
 
 
@@ -514,10 +525,11 @@ async def _ranked(
         ]
         merged, lifted = favour_reply_documents(merged, found.reply_hits, asked)
         if lifted:
-            turn.notes.append(
+            turn.fire(
+                "reply_documents",
                 "evidence: the last reply's documents win close calls ("
                 + ", ".join(lifted)
-                + " moved up)"
+                + " moved up)",
             )
     rerank: RerankRecord | None = None
     if settings.rerank is not None:
@@ -526,13 +538,13 @@ async def _ranked(
             turn.masked_question, rewrite, queries, merged, model, settings
         )
         turn.timings["rerank"] = _ms(started)
-        turn.notes.append(rerank.note())
+        turn.fire("rerank", rerank.note())
         if rerank.status == "kept":
             turn.errors.append(f"rerank failed: {rerank.reason}")
     searched_first = merged[0].hit.document_id if merged else None
     merged, version_note = prefer_current(merged, version_ask([q.text for q in queries], today))
     if version_note:
-        turn.notes.append(version_note)
+        turn.fire("version", version_note)
     merged = prefer_countries(merged, frozenset(turn.changes.get("countries", rewrite.countries)))
     merged = prefer_areas(merged, frozenset(turn.changes.get("areas", rewrite.areas)))
     merged = prefer_named_titles(
@@ -654,7 +666,8 @@ async def _cached_rewrite(
             state = None  # a state of another shape: rewrite and store it anew
         else:
             note = f"rewrite cache: hit (saved {max(0.0, computed_ms - _ms(t)):.1f} ms)"
-            return replace(rewrite, cache="hit", notes=[*rewrite.notes, note])
+            fired = [*rewrite.fired, FiredRule("rewrite_cache", note)]
+            return replace(rewrite, cache="hit", notes=[*rewrite.notes, note], fired=fired)
     started = time.perf_counter()
     rewrite = await _rewrite(inp, settings, lexicon, model, errors)
     computed_ms = _ms(started)

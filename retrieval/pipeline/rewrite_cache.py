@@ -16,7 +16,14 @@ from dataclasses import asdict
 from typing import Any, Protocol
 
 from .search import Scope
-from .types import Clarification, GlossaryHit, RewriteInput, RewriteResult, SearchQuery
+from .types import (
+    Clarification,
+    FiredRule,
+    GlossaryHit,
+    RewriteInput,
+    RewriteResult,
+    SearchQuery,
+)
 
 KEY_VERSION = 1  # bump when the key or the stored state changes shape
 
@@ -72,4 +79,5 @@ def from_state(state: dict[str, Any]) -> tuple[RewriteResult, float]:
     for name in ("new_terms", "clarify_terms", "countries", "areas"):
         data[name] = tuple(data.get(name, ()))
     data["notes"] = list(data.get("notes", []))
+    data["fired"] = [FiredRule(**r) for r in data.get("fired", [])]
     return RewriteResult(**data), float(state.get("computed_ms", 0.0))

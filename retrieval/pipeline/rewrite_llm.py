@@ -223,5 +223,5 @@ async def rewrite_with_llm(
     logger.warning("rewrite with %s failed (%s); falling back to rules", model.name, reason)
     result = fallback()
     result.error = reason
-    result.notes.append(FALLBACK_NOTE)
+    result.fire("llm_fallback", FALLBACK_NOTE)
     return result

@@ -107,6 +107,15 @@ class RewriteInput:
 BASELINE_POLICIES = frozenset({"none", "last-turn"})
 
 
+@dataclass(frozen=True)
+class FiredRule:
+    """A rule that changed the turn: its stable id (`carry_topic`, `spelling`, ...) and what
+    it did, as the trace's note says it."""
+
+    id: str
+    detail: str
+
+
 @dataclass
 class RewriteResult:
     """What a rewriter decided, with enough detail to show and audit it."""
@@ -142,7 +151,7 @@ class RewriteResult:
     decision: str | None = None
     # The user's own words as they may be searched: no placeholders, amounts or names.
     safe_original: str | None = None
-    # Which version of which rewrite policy produced this ("rules-2026.05.1",
+    # Which version of which rewrite policy produced this ("rules-<hash>",
     # "llm/<model>/prompt-<hash>", "none"): traces, evaluations and a cache tell them apart.
     policy: str | None = None
     # Countries the turn places its question in ("no Uruguai", carried "en Chile"): their
@@ -153,12 +162,19 @@ class RewriteResult:
     areas: tuple[str, ...] = ()
     # "hit" when taken from the rewrite cache, "miss" when computed and kept, None without one.
     cache: str | None = None
+    # The rules that fired, in order, by id: each also wrote its detail among `notes`.
+    fired: list[FiredRule] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # The baselines (searching the words as typed, or joined to the last turn) have no
         # versions: each is its own policy.
         if self.policy is None and self.backend in BASELINE_POLICIES:
             self.policy = self.backend
+
+    def fire(self, rule: str, detail: str) -> None:
+        """Record that `rule` fired, with its detail (also the trace's note)."""
+        self.notes.append(detail)
+        self.fired.append(FiredRule(rule, detail))
 
     def to_dict(self) -> dict[str, object]:
         """Return a JSON-ready dict (for traces and WebSocket frames)."""
@@ -192,6 +208,7 @@ class RewriteResult:
             ],
             "corrections": dict(self.corrections),
             "notes": list(self.notes),
+            "rules": [{"id": r.id, "detail": r.detail} for r in self.fired],
             "error": self.error,
             "anomalies": list(self.anomalies),
             "no_search": self.no_search,

@@ -6,12 +6,49 @@ and passes them in; nothing here touches the database.
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Final
 
 from retrieval.pipeline.rewrite_rules.core import lexicon_words, rewrite_with_rules
 
-# The rules' policy version, recorded in every trace the rules produce (and, later, part of
-# a cached rewrite's key): bump it with any change that alters what the rules output.
-POLICY_VERSION: Final = "rules-2026.12.2"
+_PIPELINE = Path(__file__).resolve().parent.parent
+# Where the rules' decisions, word lists and thresholds live: the rewriter itself, and the
+# pure steps that decide with it (the turn's words, the search evidence, the filters).
+POLICY_SOURCES: Final = (
+    *sorted(Path(__file__).resolve().parent.glob("*.py")),
+    *(
+        _PIPELINE / name
+        for name in (
+            "asks.py",
+            "ask_back.py",
+            "dictionary.py",
+            "evidence.py",
+            "filters.py",
+            "glossary.py",
+            "text.py",
+        )
+    ),
+)
 
-__all__ = ["POLICY_VERSION", "lexicon_words", "rewrite_with_rules"]
+
+def policy_version(sources: tuple[Path, ...] = POLICY_SOURCES) -> str:
+    """The rules' policy version: a hash of the files that hold their rules, word lists and
+    thresholds, so any change to what they may decide is a new version (never bumped by
+    hand). Traces, evaluations, the promotion gate and the rewrite cache tell them apart."""
+    digest = hashlib.sha256()
+    for path in sources:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return f"rules-{digest.hexdigest()[:12]}"
+
+
+POLICY_VERSION: Final = policy_version()
+
+__all__ = [
+    "POLICY_SOURCES",
+    "POLICY_VERSION",
+    "lexicon_words",
+    "policy_version",
+    "rewrite_with_rules",
+]

@@ -223,7 +223,7 @@ def _resolve(
     """Return the query for one question (`dependency`: `assess`'s verdict on it), whether it
     took words from elsewhere, and the other reading of a bare follow-up that may change the
     topic (or None)."""
-    notes = ctx.result.notes
+    fire = ctx.result.fire
     if source == "part" and dependency.kind in ("self", "weak"):
         # A later part asks its own question ("... y cómo pido un anticipo?") unless it is
         # a word or two (a yes/no question followed by its "how much" echo).
@@ -231,7 +231,7 @@ def _resolve(
         dependency = Dependency("weak", "short follow-up part") if short else Dependency("self")
     if not dependency.dependent:
         reason = "self-contained" if dependency.kind == "self" else "topic switch"
-        notes.append(f"{label}{reason}: kept as asked")
+        fire("keep_as_asked", f"{label}{reason}: kept as asked")
         return part.text.strip(), dependency, False, None
     plan = _plan(ctx, part, dependency, users)
     if not plan.carried and source == "user turn" and dependency.kind in ("anaphor", "ellipsis"):
@@ -244,21 +244,24 @@ def _resolve(
             plan = _plan(ctx, part, dependency, users)
             source = "the last reply"
     if not plan.carried:
-        notes.append(
-            f"{label}depends on context ({dependency.kind} '{dependency.cue}') but nothing to carry"
+        fire(
+            "nothing_to_carry",
+            f"{label}depends on context ({dependency.kind} '{dependency.cue}') "
+            "but nothing to carry",
         )
         return part.text.strip(), dependency, False, None
     for old, new in plan.replaced:
-        notes.append(f"{label}replaced '{old}' by '{new}'")
+        fire("substitute", f"{label}replaced '{old}' by '{new}'")
     for carried in plan.carried:
-        notes.append(
+        fire(
+            "carry_topic",
             f"{label}follow-up ({dependency.kind} '{dependency.cue}'): carried "
-            f"'{carried.phrase}' from {_where(source, len(users), carried.offset)}"
+            f"'{carried.phrase}' from {_where(source, len(users), carried.offset)}",
         )
     ctx.topic = plan.phrase
     swap = topic_swap(part, dependency, plan, users, ctx.lang, ctx.stopwords)
     if swap:
-        notes.append(f"{label}may also change the topic: searched '{swap}' too")
+        fire("topic_swap", f"{label}may also change the topic: searched '{swap}' too")
     return _compose(part, dependency, plan), dependency, True, swap
 
 
@@ -370,8 +373,9 @@ def _glossary_senses(ctx: _Context, text: str) -> list[GlossaryHit]:
         if used:
             kept.append(hit)
         else:
-            ctx.result.notes.append(
-                f"glossary: '{hit.term}' read as the ordinary word here, not expanded"
+            ctx.result.fire(
+                "glossary_ordinary_word",
+                f"glossary: '{hit.term}' read as the ordinary word here, not expanded",
             )
     return kept
 
@@ -442,7 +446,9 @@ def _add_query(
         )
         if recorded not in ctx.result.glossary_hits:
             ctx.result.glossary_hits.append(recorded)
-            ctx.result.notes.append(f"glossary: {hit.term} -> {hit.expansion} ({recorded.source})")
+            ctx.result.fire(
+                "glossary", f"glossary: {hit.term} -> {hit.expansion} ({recorded.source})"
+            )
     final = _truncate(expanded, ctx.inp.max_query_chars)
     key = " ".join(normalize(final).split())
     if final and key not in seen:
@@ -521,7 +527,7 @@ def _ask_to_clarify(ctx: _Context, users: list[Turn]) -> None:
     ctx.result.needs_clarification = True
     ctx.result.clarify_reason = "pointer"
     ctx.result.clarification = _clarification(ctx, users)
-    ctx.result.notes.append("refers to something not in the conversation: asked to clarify")
+    ctx.result.fire("ask_pointer", "refers to something not in the conversation: asked to clarify")
 
 
 def _clarify_terms(ctx: _Context, part: Turn) -> tuple[str, ...]:
@@ -566,7 +572,7 @@ def _add_readings(
     if not carried and names_what_it_defines(part.tokens, ctx.lang):
         # a "what are <acronym> <noun>?" after another subject names what it asks about: the
         # conversation's words would only pull its own pages up.
-        ctx.result.notes.append("asks what a thing it names in full is: kept as asked")
+        ctx.result.fire("asks_definition", "asks what a thing it names in full is: kept as asked")
         _add_query(ctx, query, "normalize", seen)
         return
     if not carried:
@@ -576,7 +582,9 @@ def _add_readings(
             return
         ctx.topic = plan.phrase
         contextual = f"{standalone.rstrip(_EDGES)} {plan.phrase}"
-        ctx.result.notes.append(f"may follow up on '{plan.phrase}': searched with and without it")
+        ctx.result.fire(
+            "maybe_follow_up", f"may follow up on '{plan.phrase}': searched with and without it"
+        )
     ctx.result.topic = clean_query(ctx.topic, ctx.stats, ctx.protected, ctx.stopwords) or None
     if carried and points_back(part, dependency, ctx.lang, ctx.stopwords):
         # "e para PJ?": only the topic-aware reading; the user's words alone would pull up
@@ -603,13 +611,13 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
     if kind is not None:
         result.no_search = True
         result.small_talk = kind
-        result.notes.append(f"small talk ({kind}): replied without searching")
+        result.fire("small_talk", f"small talk ({kind}): replied without searching")
         return result
     text, result.corrections = correct_spelling(
         inp.question, ctx.stats, ctx.protected, ctx.stopwords
     )
     for wrong, right in result.corrections.items():
-        result.notes.append(f"spelling: '{wrong}' -> '{right}'")
+        result.fire("spelling", f"spelling: '{wrong}' -> '{right}'")
     users = [make_turn(m.text, ctx.stopwords) for m in inp.history if m.role == "user"]
     to_start = refers_to_start(make_turn(text, ctx.stopwords).tokens)
     if to_start and not inp.earlier_messages:
@@ -624,7 +632,9 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
         result.clarification = Clarification(
             _OUT_OF_SIGHT.get(ctx.lang or "pt", _OUT_OF_SIGHT["pt"])
         )
-        result.notes.append("refers to the start of the conversation, outside the window")
+        result.fire(
+            "ask_out_of_sight", "refers to the start of the conversation, outside the window"
+        )
     parts = _split(ctx, text)
     seen: set[str] = set()
     resolved: list[Turn] = []
@@ -661,7 +671,7 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
         if swap and len(parts) == 1:
             _add_query(ctx, swap, "multi_query", seen)
     if len(parts) > 1:
-        result.notes.append(f"split into {len(parts)} questions")
+        result.fire("split", f"split into {len(parts)} questions")
     elif not users:
         result.clarify_terms = _clarify_terms(ctx, parts[0])
     result.safe_original = clean_query(inp.question, ctx.stats, ctx.protected, ctx.stopwords)

@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import json
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 from retrieval.pipeline.fusion import Hit
@@ -25,7 +26,13 @@ from retrieval.pipeline.rewrite_llm import PROMPT_PATH, llm_policy, prompt_diges
 from retrieval.pipeline.rewrite_parse import rewrite_schema
 from retrieval.pipeline.rewrite_rules import POLICY_VERSION
 from retrieval.pipeline.search import Scope, SearchRequest
-from retrieval.pipeline.types import HistoryMessage, LexiconView, RewriteResult, SearchQuery
+from retrieval.pipeline.types import (
+    GlossaryEntry,
+    HistoryMessage,
+    LexiconView,
+    RewriteResult,
+    SearchQuery,
+)
 from tests.fakes import FakeChat, FakeSearcher
 
 TODAY = date(2025, 3, 14)
@@ -173,3 +180,41 @@ def test_the_users_own_words_are_searched_only_where_they_can_count() -> None:
     assert searched(expanded, original="a PLR paga quando?") == ["expand"]
     corrected = SearchQuery("como peço reembolso", "normalize")
     assert searched(corrected, original="como pesso reenbolso") == ["normalize", "original"]
+
+
+def test_the_rules_policy_is_a_hash_of_their_sources(tmp_path: Path) -> None:
+    from retrieval.pipeline.rewrite_rules import POLICY_SOURCES, policy_version
+
+    assert any(p.name == "cues.py" for p in POLICY_SOURCES)  # the rules' word lists
+    rules, words = tmp_path / "core.py", tmp_path / "words.py"
+    rules.write_text("THRESHOLD = 3\n")
+    words.write_text("CUES = {'e'}\n")
+    before = policy_version((rules, words))
+    assert before.startswith("rules-") and before == policy_version((rules, words))
+    words.write_text("CUES = {'e', 'y'}\n")
+    assert policy_version((rules, words)) != before
+
+
+def test_the_trace_lists_the_rules_that_fired_by_id() -> None:
+    outcome = asyncio.run(
+        retrieve(
+            question="e para PJ?",
+            history=[
+                HistoryMessage("user", "como funciona o reembolso de despesas de viagem?"),
+                HistoryMessage("assistant", "Pelo portal, em até 30 dias."),
+            ],
+            glossary=[GlossaryEntry("PJ", "pessoa jurídica")],
+            scope=Scope(collection_id=1),
+            engine=NothingFound(),
+            embedder=None,
+            lexicon=lambda words: LexiconView(),
+            settings=RetrievalSettings(mode="rules"),
+            language="pt",
+        )
+    )
+    rules = outcome.rewrite.to_dict()["rules"]
+    assert isinstance(rules, list)
+    ids = [rule["id"] for rule in rules]
+    assert "glossary" in ids and "carry_topic" in ids
+    # Each rule's detail is the trace's note, in the same order.
+    assert [rule["detail"] for rule in rules] == outcome.rewrite.notes
