@@ -38,6 +38,7 @@ from retrieval.pipeline.search import (
     readable_sql,
 )
 from retrieval.pipeline.text import LANGUAGES
+from retrieval.pipeline.tuning import DEFAULT_TUNING, Tuning
 from retrieval.pipeline.types import GlossaryEntry as GlossaryValue
 from retrieval.pipeline.types import HistoryMessage, LexiconView
 
@@ -548,12 +549,14 @@ def turn_request_for(
     language: str | None = None,
     settings: RetrievalSettings | None = None,
     today: date | None = None,
+    tuning: Tuning = DEFAULT_TUNING,
 ) -> TurnRequest:
     """The one way to ask the pipeline for a turn (chat, evaluation, playground, gate).
 
     `reader`: whose names are masked (None: nobody's); `language`: a language the caller
     knows (an evaluation task's), else the turn's own (`plan.turn_language`); `settings`:
-    the pipeline's, else the turn's (`retrieval_settings`).
+    the pipeline's, else the turn's (`retrieval_settings`); `tuning`: the decisions'
+    thresholds (an evaluation may try another file's).
     """
     fallback = collection_language(collection=collection)
     return TurnRequest(
@@ -567,6 +570,7 @@ def turn_request_for(
         known_names=tuple(known_names_for(reader)) if reader is not None else (),
         areas=collection_areas(scope=scope),
         today=today if today is not None else timezone.localdate(),
+        tuning=tuning,
     )
 
 

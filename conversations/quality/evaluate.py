@@ -34,6 +34,7 @@ from retrieval.pipeline.plan import TurnPlan, plan_turn
 from retrieval.pipeline.respond import answer_turn
 from retrieval.pipeline.retrieve import RetrievalOutcome, RewriteMode
 from retrieval.pipeline.search import Scope
+from retrieval.pipeline.tuning import DEFAULT_TUNING, Tuning
 from retrieval.pipeline.types import LexiconView
 from retrieval.services import retrieval_settings, turn_backends_for, turn_request_for
 
@@ -152,6 +153,7 @@ async def evaluate_mode(
     hyde: bool | None = None,
     rerank: bool | None = None,
     on_plan: Callable[[TurnPlan], object] | None = None,
+    tuning: Tuning = DEFAULT_TUNING,
 ) -> ModeReport:
     """Score every task with one rewrite mode (tasks run one at a time for clean latencies).
 
@@ -160,7 +162,8 @@ async def evaluate_mode(
     (None: extractive); by default the rewrite's model, as in the chat. `hyde` and `rerank`
     switch the optional model stages on or off (None: as the settings say); a stage on names
     the report ("rules+rerank") and its rows. `on_plan` sees each turn's plan
-    (scripts/decisions_snapshot.py keeps the trace's notes).
+    (scripts/decisions_snapshot.py keeps the trace's notes). `tuning`: the decisions'
+    thresholds (`evaluate --tuning FILE`).
     """
     writer = model if answer_model == "rewrite" else answer_model
     settings = await sync_to_async(retrieval_settings)(mode=mode, hyde=hyde, rerank=rerank)
@@ -182,6 +185,7 @@ async def evaluate_mode(
             scope=scope,
             language=task.language or language,
             settings=settings,
+            tuning=tuning,
         )
         plan = await plan_turn(request, backends)
         if on_plan is not None:

@@ -14,11 +14,8 @@ from dataclasses import dataclass
 from .evidence import ambiguous_documents, clarification_question, reply_named_documents
 from .fusion import Hit, MergedHit
 from .text import content_terms, detect_language
+from .tuning import tuning
 from .types import Clarification, HistoryMessage, RewriteResult, SearchQuery
-
-REPLY_OPTION_PAGES = 8  # found pages whose titles the last reply may have named
-TITLES_READ = 4  # the best distinct pages whose readings may split
-POINTER_OPTIONS = 3  # pages offered to a turn that points at nothing
 
 
 @dataclass(frozen=True)
@@ -75,8 +72,8 @@ def _after_a_reply_naming_pages(
     if rewrite.needs_clarification or not any(q.reading == "contextual" for q in queries):
         return None
     reply = next((m.text for m in reversed(window) if m.role == "assistant"), None)
-    found = [item.hit.title for item in merged[:REPLY_OPTION_PAGES]]
-    found += [hit.title for hit in reply_hits[:REPLY_OPTION_PAGES]]
+    found = [item.hit.title for item in merged[: tuning().reply_option_pages]]
+    found += [hit.title for hit in reply_hits[: tuning().reply_option_pages]]
     titles = list(dict.fromkeys(t.strip() for t in found if t.strip()))
     options = reply_named_documents(question, reply, titles, rewrite.topic, language)
     if not options:
@@ -100,7 +97,7 @@ def _from_the_pages_found(
     titles, texts, languages = _best_titles(merged)
     if rewrite.needs_clarification and rewrite.clarification is not None:
         if pointer and not rewrite.clarification.options and titles:
-            options = [t for t, _ in titles[:POINTER_OPTIONS]]
+            options = [t for t, _ in titles[: tuning().pointer_options]]
             question = clarification_question(options, language)
             return AskBack(Clarification(question, tuple(options)), "pointer")
         return None
@@ -130,6 +127,6 @@ def _best_titles(
             titles.append((title, words))
             texts.append(content_terms(item.hit.text))
             languages.append(detect_language(f"{title} {item.hit.text[:300]}"))
-        if len(titles) >= TITLES_READ:
+        if len(titles) >= tuning().titles_read:
             break
     return titles, texts, languages

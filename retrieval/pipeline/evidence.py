@@ -31,19 +31,15 @@ from dataclasses import dataclass, replace
 from .asks import CUE_WORDS, names_no_topic
 from .fusion import Hit, MergedHit
 from .text import content_terms, normalize, stem, title_subject, token_spans
+from .tuning import tuning
 from .types import SearchQuery
 
 # A leg's rank that counts as "found it confidently".
-CONFIDENT_RANK = 3
 # How deep in the topic probe's documents the turn's best document may appear and still be
 # part of the conversation.
-NEIGHBOURHOOD = 5
 # Rare words of its own, unseen in the conversation, that make a turn name a new topic.
-NEW_TERMS = 3
 # A carried topic this short that lands confidently decides a drifting turn (see below).
-FOCUSED_TOPIC_TERMS = 3
 # When undecided, the turn's own reading counts this much beside the topic-aware one.
-BOTH_STANDALONE_WEIGHT = 1.0
 
 
 @dataclass(frozen=True)
@@ -75,7 +71,7 @@ def _confident(hits: Sequence[Hit]) -> bool:
     best = [h for h in hits if h.external_id == hits[0].external_id]
     vector = min((h.vector_rank or 999) for h in best)
     text = min((h.text_rank or 999) for h in best)
-    return vector <= CONFIDENT_RANK and text <= CONFIDENT_RANK
+    return vector <= tuning().confident_rank and text <= tuning().confident_rank
 
 
 COVER_STEM = 5  # Snowball stems cut this short: "devolver" / "devolução", "pedir" / "pedido"
@@ -150,7 +146,7 @@ def choose_reading(
         others,
         alone=_documents(results[standalone]),
         together=_documents(results[contextual]),
-        around=_documents(topic_hits or [])[:NEIGHBOURHOOD],
+        around=_documents(topic_hits or [])[: tuning().neighbourhood],
     )
     alone, together, around = r.alone, r.together, r.around
     if new_terms and together and together[0] != alone[0]:
@@ -159,7 +155,7 @@ def choose_reading(
             return decided
     # The topic-aware search agreeing on the turn's own best document, or the turn naming
     # things the conversation never did, says the topic's words only add noise.
-    agrees = together[:1] == alone[:1] or len(new_terms) >= NEW_TERMS
+    agrees = together[:1] == alone[:1] or len(new_terms) >= tuning().new_terms
     # New words that only ask for a kind of answer ("how much", "when") name no topic: a
     # page found with them is no new subject.
     asks_only = bool(new_terms) and all(normalize(t) in CUE_WORDS for t in new_terms)
@@ -170,7 +166,7 @@ def choose_reading(
             f"conversation's documents ({why}: {', '.join(new_terms) or '-'})"
         )
         return ReadingDecision(r.without_contextual, "standalone", reason)
-    if around and not set(alone[:NEIGHBOURHOOD]) & set(around):
+    if around and not set(alone[: tuning().neighbourhood]) & set(around):
         return _away_from_the_conversation(r, topic)
     if around and alone[0] in around:
         reason = f"follow-up: the turn alone stays among the conversation's documents ({alone[0]})"
@@ -216,7 +212,9 @@ def _by_new_words(
     # page is titled by all of them and the topic-aware reading ranks it near its top too
     # (a new kind of leave asked after an allowance whose page mentions another leave).
     titled = _titled(results[r.standalone], alone[0], language)
-    partly = topical < wanted and wanted <= titled and alone[0] in together[:CONFIDENT_RANK]
+    partly = (
+        topical < wanted and wanted <= titled and alone[0] in together[: tuning().confident_rank]
+    )
     if (
         own == wanted
         and (not topical or partly)
@@ -247,10 +245,10 @@ def _away_from_the_conversation(r: _Readings, topic: str | None) -> ReadingDecis
     """The turn alone reaches none of the conversation's documents: a follow-up whose words
     wander off, or a drift; search both where it cannot tell."""
     if (
-        0 < len(content_terms(topic or "")) <= FOCUSED_TOPIC_TERMS
+        0 < len(content_terms(topic or "")) <= tuning().focused_topic_terms
         and _confident(r.results[r.contextual])
         and r.together[0] in r.around
-        and r.alone[0] not in r.together[:CONFIDENT_RANK]
+        and r.alone[0] not in r.together[: tuning().confident_rank]
     ):
         # A topic of a few words that, added to the turn, lands firmly on a document of the
         # conversation, blind to the turn's own favourite: a follow-up whose words alone
@@ -265,7 +263,7 @@ def _away_from_the_conversation(r: _Readings, topic: str | None) -> ReadingDecis
     # are searched, fused equally (the user's words are the plain reading already).
     keep = tuple(sorted((r.contextual, r.standalone, *r.others)))
     reason = "undecided: the turn alone finds none of the conversation's documents"
-    return ReadingDecision(keep, "both", reason, BOTH_STANDALONE_WEIGHT)
+    return ReadingDecision(keep, "both", reason, tuning().both_standalone_weight)
 
 
 # The conversation's last reply was written from its documents (in the chat, quoted from
@@ -274,8 +272,6 @@ def _away_from_the_conversation(r: _Readings, topic: str | None) -> ReadingDecis
 # score; enough to break a near tie, never to outvote what the turn's own search found.
 # Measured (rules, MRR@10): ptes-dev .801 -> .834, the demo unchanged; 0.1 lost on the
 # demo's sibling follow-ups and on MTRAG clapnq, whose documents are single passages.
-REPLY_DOCUMENTS = 3
-REPLY_BOOST = 0.05
 
 
 def reply_probe(window_texts: Sequence[tuple[str, str]]) -> str | None:
@@ -301,7 +297,7 @@ def favour_reply_documents(
     page's title says "PJ", so the previous answer's page may not pass it), nor past
     another passage of a page of the same title: where documents are single passages of
     one article (MTRAG), a follow-up asks what the reply's passage did not say."""
-    reply = _documents(reply_hits)[:REPLY_DOCUMENTS]
+    reply = _documents(reply_hits)[: tuning().reply_documents]
     if not merged or not reply:
         return list(merged), []
     rank = {d: i for i, d in enumerate(reply)}
@@ -327,7 +323,9 @@ def favour_reply_documents(
             above.append(document)
     best = merged[0].score
     out = [
-        replace(item, score=item.score + REPLY_BOOST * best / (1 + rank[item.hit.external_id]))
+        replace(
+            item, score=item.score + tuning().reply_boost * best / (1 + rank[item.hit.external_id])
+        )
         if item.hit.external_id in rank and item.hit.external_id not in blocked
         else item
         for item in merged
@@ -341,10 +339,7 @@ def favour_reply_documents(
 
 # A short question's words, beyond facets such as "prazo" or "valor", that may still leave
 # it ambiguous (asking how to join "the plan" where several plans exist).
-SHORT_QUESTION_TERMS = 3
 # How many of the best documents a clarification weighs, and offers at most.
-CLARIFY_DEPTH = 3
-MAX_OPTIONS = 4
 _INFINITIVE = ("ar", "er", "ir")
 _STEM = 6  # title and question words compared by their first letters ("licença"/"licencia")
 
@@ -384,13 +379,13 @@ def ambiguous_documents(
         # "Férias coletivas de fim de ano".
         return []
     asked = _stems(question_terms)
-    matched = [asked & _stems(words) for _, words in titles[:CLARIFY_DEPTH]]
+    matched = [asked & _stems(words) for _, words in titles[: tuning().clarify_depth]]
     if any(m - matched[0] for m in matched[1:]):
         return []  # a word of the question names one of the others more than the best one
     # The best page whose title opens with the asked word ("Férias – regras gerais") is the
     # general page on it: a page that only mentions the word later ("Pedido de demissão
     # durante as férias") is no competing reading of it.
-    heads = [next(iter(_stems(words[:1])), "") for _, words in titles[:CLARIFY_DEPTH]]
+    heads = [next(iter(_stems(words[:1])), "") for _, words in titles[: tuning().clarify_depth]]
     general = heads[0] in matched[0]
     # Readings are siblings only when their titles share a word ("Assistência médica — …",
     # "Assistência odontológica — …"): unrelated pages the words fail to tell apart mean a
@@ -416,10 +411,10 @@ def ambiguous_documents(
             and normalize(w) not in CUE_WORDS
         ]
         beyond = _stems(nouns) - matched[0]
-        own = [beyond & _stems(words) for words in texts[:CLARIFY_DEPTH]]
+        own = [beyond & _stems(words) for words in texts[: tuning().clarify_depth]]
         same = [i for i in same if not own[0] - own[i]]
     distinct = list(dict.fromkeys(titles[i][0] for i in same))
-    return distinct[:MAX_OPTIONS] if len(distinct) >= 2 else []
+    return distinct[: tuning().max_options] if len(distinct) >= 2 else []
 
 
 _ASK: dict[str, tuple[str, str]] = {
@@ -438,7 +433,6 @@ def clarification_question(options: Sequence[str], language: str | None) -> str:
 
 
 _HEAD_END = frozenset({"e", "y", "and"})
-HEAD_WORDS = 2  # the words of a title's subject that a reply must say to name the page
 
 
 def _head_stems(title: str, language: str) -> frozenset[str]:
@@ -453,7 +447,7 @@ def _head_stems(title: str, language: str) -> frozenset[str]:
         words += [part for part in token.norm.split("-") if part]
     kept = set(content_terms(" ".join(words), language))
     content = [w for w in words if w in kept]
-    return frozenset(stem(w, language) for w in content[:HEAD_WORDS])
+    return frozenset(stem(w, language) for w in content[: tuning().head_words])
 
 
 def reply_named_documents(

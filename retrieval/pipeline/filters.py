@@ -27,6 +27,7 @@ from typing import TypeVar
 from .fusion import MergedHit
 from .rewrite_rules.slots import countries_in, country_spans, slot_of
 from .text import Token, normalize, token_spans
+from .tuning import tuning
 from .types import SearchQuery
 
 # "no Uruguai", "en Brasil", "in Germany": where the rule applies. A country after "para",
@@ -45,7 +46,7 @@ _OWNERS = frozenset(
         "trabajadores policy policies rule rules subsidiary branch office staff employees"
     ).split()
 )
-OWNER_REACH = 3  # words before the genitive in which the owning noun may stand
+
 T = TypeVar("T")
 
 
@@ -66,7 +67,7 @@ def _countries(tokens: Sequence[Token]) -> tuple[frozenset[str], frozenset[str]]
         if before >= 0 and tokens[before].norm in _LOCATIVE:
             placed.add(key)
         elif before >= 0 and tokens[before].norm in _GENITIVE:
-            owners = {t.norm for t in tokens[max(0, before - OWNER_REACH) : before]}
+            owners = {t.norm for t in tokens[max(0, before - tuning().owner_reach) : before]}
             if owners & _OWNERS:
                 placed.add(key)
     return frozenset(placed), frozenset(named)
@@ -210,7 +211,6 @@ _VERSION_WORDS = (
         ).split()
     )
 )
-SIBLING_SHARE = 0.5  # share of the shorter title's subject words two versions have in common
 
 
 def _subject_words(tokens: Sequence[Token]) -> frozenset[str]:
@@ -226,7 +226,7 @@ def _siblings(a: frozenset[str], b: frozenset[str]) -> bool:
     lucros — programa 2024" and "— programa 2026"; not "Trabalho remoto 2024")."""
     if not a or not b:
         return False
-    return len(a & b) >= SIBLING_SHARE * min(len(a), len(b))
+    return len(a & b) >= tuning().sibling_share * min(len(a), len(b))
 
 
 def prefer_current(merged: Sequence[MergedHit], ask: VersionAsk) -> tuple[list[MergedHit], str]:

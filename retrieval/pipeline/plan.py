@@ -30,6 +30,7 @@ from .rewrite_cache import RewriteCache
 from .rewrite_rules.smalltalk import small_talk_reply
 from .search import Scope, Searcher
 from .text import detect_language
+from .tuning import DEFAULT_TUNING, Tuning, tuned
 from .types import GlossaryEntry, HistoryMessage
 
 PlanKind = Literal["small_talk", "ask_back", "answer"]
@@ -74,6 +75,8 @@ class TurnRequest:
     areas: tuple[str, ...] = ()
     # The reader's local date ("a regra deste ano"): the pipeline keeps no clock.
     today: date | None = None
+    # The decisions' thresholds (tuning.py): another file's in `evaluate --tuning`.
+    tuning: Tuning = DEFAULT_TUNING
 
 
 @dataclass(frozen=True)
@@ -123,8 +126,18 @@ async def plan_turn(
     *,
     on_rewrite: Callable[[RewriteAnnouncement], Awaitable[None]] | None = None,
 ) -> TurnPlan:
-    """Rewrite and search one turn and decide what it does."""
-    outcome = await retrieve(
+    """Rewrite and search one turn and decide what it does, with the request's tuning."""
+    with tuned(request.tuning):
+        outcome = await _retrieve(request, backends, on_rewrite)
+    return decide(outcome, request.language)
+
+
+async def _retrieve(
+    request: TurnRequest,
+    backends: TurnBackends,
+    on_rewrite: Callable[[RewriteAnnouncement], Awaitable[None]] | None,
+) -> RetrievalOutcome:
+    return await retrieve(
         question=request.question,
         history=request.history,
         glossary=request.glossary,
@@ -142,4 +155,3 @@ async def plan_turn(
         rewrite_cache=backends.rewrite_cache,
         areas=request.areas,
     )
-    return decide(outcome, request.language)

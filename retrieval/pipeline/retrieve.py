@@ -43,10 +43,10 @@ from .model_stages import (
 )
 from .rewrite_cache import RewriteCache, cache_key, from_state, to_state
 from .rewrite_llm import llm_policy, rewrite_with_llm
-from .rewrite_rules import POLICY_VERSION as RULES_POLICY
-from .rewrite_rules import lexicon_words, rewrite_with_rules
+from .rewrite_rules import lexicon_words, rewrite_with_rules, tuned_policy
 from .search import Scope, Searcher, SearchParams, SearchRequest
 from .text import content_terms, detect_language, normalize, token_spans
+from .tuning import tuning
 from .types import (
     FiredRule,
     HistoryMessage,
@@ -701,7 +701,7 @@ async def _rewrite(
         except Exception as exc:  # the dictionary is an aid too
             errors.append(f"dictionary lookup failed: {exc.__class__.__name__}")
         try:
-            return replace(rewrite_with_rules(inp, view), policy=RULES_POLICY)
+            return replace(rewrite_with_rules(inp, view), policy=tuned_policy(tuning()))
         except Exception as exc:  # never break the turn: search the question as typed
             errors.append(f"rule rewrite failed: {exc.__class__.__name__}: {exc}")
             return replace(

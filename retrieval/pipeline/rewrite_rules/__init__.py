@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Final
 
 from retrieval.pipeline.rewrite_rules.core import lexicon_words, rewrite_with_rules
+from retrieval.pipeline.tuning import DEFAULT_TUNING, Tuning
 
 _PIPELINE = Path(__file__).resolve().parent.parent
 # Where the rules' decisions, word lists and thresholds live: the rewriter itself, and the
@@ -27,6 +28,7 @@ POLICY_SOURCES: Final = (
             "filters.py",
             "glossary.py",
             "text.py",
+            "tuning.py",
         )
     ),
 )
@@ -45,10 +47,19 @@ def policy_version(sources: tuple[Path, ...] = POLICY_SOURCES) -> str:
 
 POLICY_VERSION: Final = policy_version()
 
+
+def tuned_policy(value: Tuning) -> str:
+    """The rules' policy under `value`: another tuning than the defaults is another policy."""
+    if value == DEFAULT_TUNING:
+        return POLICY_VERSION
+    return f"{POLICY_VERSION}+tuning-{value.digest()}"
+
+
 __all__ = [
     "POLICY_SOURCES",
     "POLICY_VERSION",
     "lexicon_words",
     "policy_version",
     "rewrite_with_rules",
+    "tuned_policy",
 ]

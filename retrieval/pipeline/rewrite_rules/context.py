@@ -29,26 +29,22 @@ from retrieval.pipeline.rewrite_rules.cues import (
     starts_clause,
     strip_lead_filler,
 )
-from retrieval.pipeline.rewrite_rules.lexicon import COMMON, STRONG, Stats
+from retrieval.pipeline.rewrite_rules.lexicon import Stats
 from retrieval.pipeline.rewrite_rules.slots import slot_spans
 from retrieval.pipeline.text import Token, is_content_word, token_spans
+from retrieval.pipeline.tuning import tuning
 
 Kind = Literal["self", "anaphor", "ellipsis", "weak", "switch"]
 Mentions = Mapping[str, int]
 DEPENDENT_KINDS: frozenset[Kind] = frozenset({"anaphor", "ellipsis", "weak"})
-ANCHOR_TERMS = 4  # rare words taken from the turn that names the topic
-SUBTOPIC_TERMS = 2  # rare words taken from each dependent turn after it
 # An infinitive, with or without a pronoun ("partir", "usarla"): what a follow-up does
 # with the topic, not the topic.
 _INFINITIVE_RE = re.compile(r"^\w{2,}(?:ar|er|ir)(?:l[ao]s?|se|me|te|nos|lhe)?$")
-EARLIER_ANCHOR_TERMS = 1  # rare words the turn before the newest self-contained one lends
 # A turn of common words only leans on the conversation when it is this short; a longer
 # one (whether one product is included in another's price) says what it asks about...
-WEAK_MAX_TERMS = 2
 # ...and a short turn's word must be rarer than usual to name a topic by itself: in a
 # policy corpus "prazo" or "limite" are rare yet only ask about a facet of the topic
 # ("e qual o prazo?"). 0.6-0.8 gave the same results on MTRAG; 0.45 was worse.
-SHORT_STRONG = 0.65
 # Function words kept between two carried words so phrases stay readable
 # ("reembolso de despesas", "cost of living").
 _BRIDGES = frozenset("de do da dos das del of the o a os as el la los las e y and".split())
@@ -62,6 +58,7 @@ _PERSONAL = frozenset(
     "ele ela eles elas dele dela deles delas nele nela neles nelas el ella ellos ellas "
     "le les".split()
 )
+
 _CLAUSE_JOINERS = frozenset({"e", "y", "and", "but", "mas", "pero"})
 # Prepositions that frame the value an elliptical follow-up replaces ("e para X?").
 _PREPOSITIONS: dict[str, dict[str, str]] = {
@@ -162,7 +159,7 @@ def _short_kind(
     """Say why a turn of one or two content words leans on the conversation, or ""."""
     if _names_new_topic(turn, protected, mentions):
         return ""
-    if not any(stats.weight(w) >= SHORT_STRONG for w in turn.terms):
+    if not any(stats.weight(w) >= tuning().short_strong for w in turn.terms):
         return "only common words"
     # "quanto tempo leva?", "posso parcelar?", "tem limite?": rare words, but a question
     # about the topic at hand rather than a new one.
@@ -211,7 +208,7 @@ def assess(
     if not content:
         return Dependency("weak", "no content words")
     short = ""
-    if len(content) <= WEAK_MAX_TERMS:
+    if len(content) <= tuning().weak_max_terms:
         short = _short_kind(turn, lang, stats, protected, mentions)
     return Dependency("weak", short) if short else Dependency("self")
 
@@ -354,7 +351,7 @@ def plan_carry(
     walk = _Walk(set(question.terms), slots, frame, surface, extra)
 
     def weight(word: str) -> float:
-        return max(stats.weight(word), STRONG if word in protected else 0.0)
+        return max(stats.weight(word), tuning().strong if word in protected else 0.0)
 
     positions = {t.norm: i for i, t in reversed(list(enumerate(question.tokens)))}
 
@@ -379,11 +376,14 @@ def plan_carry(
             # The turn before the newest self-contained one: that one may have been an
             # implicit follow-up itself ("venceu o semestre, perco o saldo?" after the
             # hours bank), so the older topic lends its rarest word.
-            floor, limit = STRONG, EARLIER_ANCHOR_TERMS
+            floor, limit = tuning().strong, tuning().earlier_anchor_terms
         elif is_anchor:
-            floor, limit = COMMON, ANCHOR_TERMS
+            floor, limit = tuning().common, tuning().anchor_terms
         else:
-            floor, limit = (COMMON if kind == "weak" else STRONG), SUBTOPIC_TERMS
+            floor, limit = (
+                (tuning().common if kind == "weak" else tuning().strong),
+                tuning().subtopic_terms,
+            )
         candidates = [
             w
             for w in dict.fromkeys(turn.terms)

@@ -28,8 +28,6 @@ from retrieval.pipeline.rewrite_rules.cues import (
     refers_to_start,
 )
 from retrieval.pipeline.rewrite_rules.lexicon import (
-    COMMON,
-    STRONG,
     Stats,
     correct_spelling,
     word_parts,
@@ -47,6 +45,7 @@ from retrieval.pipeline.text import (
     stopwords_for,
     token_spans,
 )
+from retrieval.pipeline.tuning import tuning
 from retrieval.pipeline.types import (
     Clarification,
     GlossaryEntry,
@@ -99,9 +98,7 @@ _SUBSTITUTES: dict[str, str] = {
 Reading = Literal["standalone", "contextual"]
 # Words of its own (beyond facets) up to which a question with nothing to carry may be too
 # vague to search without asking which of its readings is meant.
-SHORT_QUESTION_TERMS = 3
 # Content words up to which a turn that points back at nothing is only a pointer.
-POINTING_ALONE_TERMS = 2
 # The caller looks up at most this many words in one query.
 LEXICON_LIMIT = 200
 _EDGES = " ¿?¡!.,;:"
@@ -279,7 +276,7 @@ def _last_reply(ctx: _Context) -> Turn | None:
 
 def _has_topic(ctx: _Context, users: list[Turn]) -> bool:
     """Tell whether any earlier user turn has a word worth carrying."""
-    return any(ctx.stats.weight(w) >= COMMON for turn in users for w in turn.terms)
+    return any(ctx.stats.weight(w) >= tuning().common for turn in users for w in turn.terms)
 
 
 def _clarification(ctx: _Context, users: list[Turn]) -> Clarification:
@@ -549,7 +546,7 @@ def _clarify_terms(ctx: _Context, part: Turn) -> tuple[str, ...]:
     if any(t.text.isupper() and len(t.text) > 1 and t.norm in terms for t in part.tokens):
         return ()
     own = [w for w in terms if w not in FACETS]
-    return terms if 0 < len(own) <= SHORT_QUESTION_TERMS else ()
+    return terms if 0 < len(own) <= tuning().short_question_terms else ()
 
 
 def _add_readings(
@@ -594,7 +591,8 @@ def _add_readings(
     ctx.result.new_terms = tuple(
         w
         for w in dict.fromkeys(part.terms)
-        if ctx.mentions.get(w, 0) <= 1 and (w in ctx.protected or ctx.stats.weight(w) >= STRONG)
+        if ctx.mentions.get(w, 0) <= 1
+        and (w in ctx.protected or ctx.stats.weight(w) >= tuning().strong)
     )
     _add_query(ctx, contextual, "expand", seen, reading="contextual")
     _add_query(ctx, standalone, "normalize", seen, reading="standalone")
@@ -657,7 +655,7 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
         pointing = dependency.kind in ("anaphor", "ellipsis")
         # "e isso?", "y en Chile?" with nothing before them; a longer turn names its own
         # subject (a where-does question about a named character). Still searched.
-        vague = len(set(part.terms)) <= POINTING_ALONE_TERMS
+        vague = len(set(part.terms)) <= tuning().pointing_alone_terms
         if index == 0 and pointing and vague and not carried and not _has_topic(ctx, users):
             _ask_to_clarify(ctx, users)
         query_type: QueryType = "expand" if carried else "normalize"

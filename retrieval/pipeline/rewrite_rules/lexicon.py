@@ -9,14 +9,13 @@ from dataclasses import dataclass
 from rapidfuzz.distance import OSA
 
 from retrieval.pipeline.text import is_placeholder, token_spans
+from retrieval.pipeline.tuning import tuning
 from retrieval.pipeline.types import LexiconView
 
 # Normalised IDF (0 = in every chunk, 1 = in one chunk) above which a word names a topic
 # on its own, and below which it is too common to carry: in a 10,000-chunk corpus a word
 # in at most ~160 chunks (N^0.55) is strong, one in over 1,000 (N^0.75) is common.
 # Chosen on the MTRAG development data; 0.4-0.6 behaved alike there.
-STRONG = 0.45
-COMMON = 0.25
 
 
 _PART_SPLIT_RE = re.compile(r"[^a-z0-9]+")
@@ -75,7 +74,7 @@ class Stats:
 
     def is_strong(self, word: str) -> bool:
         """Tell whether a word names a topic by itself (rare enough in the corpus)."""
-        return self.weight(word) >= STRONG
+        return self.weight(word) >= tuning().strong
 
 
 def edit_distance(a: str, b: str) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from retrieval.pipeline.evidence import (
-    REPLY_BOOST,
     ambiguous_documents,
     choose_reading,
     clarification_question,
@@ -22,6 +21,7 @@ from retrieval.pipeline.rewrite_rules import rewrite_with_rules
 from retrieval.pipeline.rewrite_rules.core import clean_query
 from retrieval.pipeline.rewrite_rules.lexicon import Stats
 from retrieval.pipeline.rewrite_rules.smalltalk import small_talk_kind, small_talk_reply
+from retrieval.pipeline.tuning import DEFAULT_TUNING
 from retrieval.pipeline.types import (
     GlossaryEntry,
     HistoryMessage,
@@ -279,7 +279,7 @@ def test_the_last_replys_document_wins_a_close_call_but_not_a_clear_lead() -> No
     order, lifted = favour_reply_documents([dental, health], reply_hits, ["quanto", "mes"])
     assert [m.hit.external_id for m in order] == ["health", "dental"] and lifted == ["health"]
     # What the turn's own search found clearly first stays first.
-    far = _merged("health", 2, 0.0330 * (1 - 2 * REPLY_BOOST))
+    far = _merged("health", 2, 0.0330 * (1 - 2 * DEFAULT_TUNING.reply_boost))
     order, lifted = favour_reply_documents([dental, far], reply_hits[:1], ["quanto", "mes"])
     assert [m.hit.external_id for m in order] == ["dental", "health"] and lifted == []
 

@@ -19,6 +19,7 @@ from conversations.quality.datasets import (
 from conversations.quality.evaluate import STAGES, ModeReport, evaluate_mode
 from retrieval.embeddings import get_embedder
 from retrieval.pipeline.retrieve import REWRITE_MODES, RewriteMode
+from retrieval.pipeline.tuning import DEFAULT_TUNING, TuningError, tuning_load
 from retrieval.services import chat_model
 
 
@@ -68,6 +69,12 @@ class Command(BaseCommand):
             help="optional model stages to measure, one set per report: none, hyde, rerank, "
             "hyde+rerank (comma-separated; default: as CHATRAG_HYDE and CHATRAG_RERANK say)",
         )
+        parser.add_argument(
+            "--tuning",
+            type=Path,
+            help="a JSON object of the decisions' thresholds to change "
+            "(retrieval/pipeline/tuning.py lists them); default: the product's",
+        )
         parser.add_argument("--json", type=Path, dest="json_path")
         parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N tasks")
         parser.add_argument("--quiet", action="store_true")
@@ -90,6 +97,10 @@ class Command(BaseCommand):
         modes = _modes(options["rewrite"])
         stage_sets = _stage_sets(options["stages"])
         quiet = options["quiet"]
+        try:
+            tuning = tuning_load(options["tuning"]) if options["tuning"] else DEFAULT_TUNING
+        except TuningError as exc:
+            raise CommandError(str(exc)) from exc
         try:
             tasks = tasks_load(options["tasks"])
             glossary = glossary_load(options["glossary"])
@@ -153,6 +164,7 @@ class Command(BaseCommand):
                         corpus_idf=options["corpus_idf"],
                         hyde=hyde,
                         rerank=rerank,
+                        tuning=tuning,
                     )
                     out[report.mode] = report
                     bar.close()
