@@ -8,12 +8,14 @@ caller-facing function: it returns what to ask, or None, and changes nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .evidence import ambiguous_documents, clarification_question, reply_named_documents
+from .asks import CUE_WORDS, names_no_topic
+from .evidence import word_stems
 from .fusion import Hit, MergedHit
-from .text import content_terms, detect_language
+from .text import content_terms, detect_language, normalize, stem, title_subject, token_spans
 from .tuning import tuning
 from .types import Clarification, HistoryMessage, RewriteResult, SearchQuery
 
@@ -130,3 +132,141 @@ def _best_titles(
         if len(titles) >= tuning().titles_read:
             break
     return titles, texts, languages
+
+
+# --- which pages a turn may mean: the search evidence's ask-back decisions -------------------
+
+_INFINITIVE = ("ar", "er", "ir")
+_GENERAL_TITLE = re.compile(
+    r"\b(?:regras? gera(?:l|is)|reglas? generales?|regimen general|visao geral|"
+    r"general rules?|overview)\b"
+)
+
+
+def ambiguous_documents(
+    question_terms: Sequence[str],
+    titles: Sequence[tuple[str, Sequence[str]]],
+    texts: Sequence[Sequence[str]] | None = None,
+    language: str | None = None,
+) -> list[str]:
+    """Return the titles a short question cannot choose between, or [] when it can.
+
+    `titles` are the best documents' (title, title words), best first. The readings split
+    across sibling documents when none of the question's words tells the best documents'
+    titles apart: a short question of how long a leave lasts matches "licença" in both the
+    maternity and the paternity page; "licença paternidade, quantos dias?" matches one.
+    `texts` (each document's best passage, as words) settle it too: a question word beyond
+    the titles' that only the best page's passage has ("where does it snow the most in
+    North Carolina?": the climate page) names the reading.
+    """
+    if not question_terms or len(titles) < 2:
+        return []
+    if _GENERAL_TITLE.search(normalize(titles[0][0])):
+        # The best page says it is the general rule ("Férias – regras gerais para
+        # empregados"): a short question that names no sibling's case is about it, not about
+        # "Férias coletivas de fim de ano".
+        return []
+    asked = word_stems(question_terms)
+    matched = [asked & word_stems(words) for _, words in titles[: tuning().clarify_depth]]
+    if any(m - matched[0] for m in matched[1:]):
+        return []  # a word of the question names one of the others more than the best one
+    # The best page whose title opens with the asked word ("Férias – regras gerais") is the
+    # general page on it: a page that only mentions the word later ("Pedido de demissão
+    # durante as férias") is no competing reading of it.
+    heads = [next(iter(word_stems(words[:1])), "") for _, words in titles[: tuning().clarify_depth]]
+    general = heads[0] in matched[0]
+    # Readings are siblings only when their titles share a word ("Assistência médica — …",
+    # "Assistência odontológica — …"): unrelated pages the words fail to tell apart mean a
+    # weak search, not an ambiguous question.
+    first = word_stems(titles[0][1])
+    same = [
+        i
+        for i, m in enumerate(matched)
+        if m == matched[0]
+        and (not general or heads[i] == heads[0])
+        and (i == 0 or bool(first & word_stems(titles[i][1])))
+    ]
+    if texts is not None:
+        # A Portuguese or Spanish infinitive ("quero entrar no plano") says what to do, not
+        # which page, and a word that asks for a kind of answer ("qual o prazo pra pedir o
+        # reembolso?") says what to find on it: only nouns and names beyond the titles
+        # pick a reading.
+        # Judged on the whole word: a stem ("cancel" of "cancelar") hides the ending.
+        nouns = [
+            w
+            for w in question_terms
+            if not (language in ("pt", "es") and len(w) > 4 and w.endswith(_INFINITIVE))
+            and normalize(w) not in CUE_WORDS
+        ]
+        beyond = word_stems(nouns) - matched[0]
+        own = [beyond & word_stems(words) for words in texts[: tuning().clarify_depth]]
+        same = [i for i in same if not own[0] - own[i]]
+    distinct = list(dict.fromkeys(titles[i][0] for i in same))
+    return distinct[: tuning().max_options] if len(distinct) >= 2 else []
+
+
+_ASK: dict[str, tuple[str, str]] = {
+    "pt": ("Você quer saber sobre {}?", " ou "),
+    "es": ("¿Quiere saber sobre {}?", " o "),
+    "en": ("Do you mean {}?", " or "),
+}
+
+
+def clarification_question(options: Sequence[str], language: str | None) -> str:
+    """Ask which reading is meant, naming the options: "Você quer saber sobre X, Y ou Z?"."""
+    template, last = _ASK.get(language or "pt", _ASK["pt"])
+    names = list(options)
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + last + names[-1]
+    return template.format(listed)
+
+
+_HEAD_END = frozenset({"e", "y", "and"})
+
+
+def _headword_stems(title: str, language: str) -> frozenset[str]:
+    """The stems of a title's subject: its first content words before the dash, the
+    parenthesis or an "e"/"y"/"and" ("Licencia anual y salario vacacional" -> licencia
+    anual; "Viáticos para viajes de trabajo" -> viáticos, viajes; a compound counts its
+    parts)."""
+    words: list[str] = []
+    for token in token_spans(title_subject(title)):
+        if token.norm in _HEAD_END:
+            break
+        words += [part for part in token.norm.split("-") if part]
+    kept = set(content_terms(" ".join(words), language))
+    content = [w for w in words if w in kept]
+    return frozenset(stem(w, language) for w in content[: tuning().head_words])
+
+
+def reply_named_documents(
+    question: str,
+    reply: str | None,
+    titles: Sequence[str],
+    topic: str | None = None,
+    language: str | None = None,
+) -> list[str]:
+    """The found pages a follow-up cannot choose between because the last reply named
+    each of them and the turn only asks how much, when or how: a monthly-cost question
+    after "inclua-o na assistência médica e na assistência odontológica". [] otherwise.
+
+    A page is named when the reply says its title's subject (_head_stems); the turn asks
+    only when none of its content words names a topic (asks.names_no_topic), and the
+    conversation's own topic (its user's words) names none of the pages either."""
+    if not reply:
+        return []
+    if any(not names_no_topic(w) for w in content_terms(question)):
+        return []
+    lang = language or "pt"
+
+    def stems(text: str) -> frozenset[str]:  # a compound's parts as words of their own
+        return frozenset(stem(t.norm, lang) for t in token_spans(text.replace("-", " ")))
+
+    said, asked = stems(reply), stems(topic or "")
+    named: dict[frozenset[str], str] = {}
+    for title in titles:
+        head = _headword_stems(title, lang)
+        if head and head <= said:
+            named.setdefault(head, title)
+    if len(named) < 2 or any(head <= asked for head in named):
+        return []
+    return list(named.values())[:3]

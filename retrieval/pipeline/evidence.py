@@ -24,13 +24,12 @@ follow-up gains and drops the old topic after a switch.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .asks import CUE_WORDS, names_no_topic
+from .asks import CUE_WORDS
 from .fusion import Hit, MergedHit
-from .text import content_terms, normalize, stem, title_subject, token_spans
+from .text import content_terms, normalize, stem, token_spans
 from .tuning import tuning
 from .types import SearchQuery
 
@@ -302,14 +301,14 @@ def favour_reply_documents(
         return list(merged), []
     rank = {d: i for i, d in enumerate(reply)}
     # Two letters count here: an acronym ("PJ", "IR") names a page as well as a word does.
-    wanted = _stems(asked, shortest=2)
+    wanted = word_stems(asked, shortest=2)
     named: dict[str, frozenset[str]] = {}
     titles: dict[str, str] = {}
     for item in merged:
         document = item.hit.external_id
         if document not in titles:
             titles[document] = normalize(item.hit.title)
-            named[document] = wanted & _stems(content_terms(item.hit.title), shortest=2)
+            named[document] = wanted & word_stems(content_terms(item.hit.title), shortest=2)
     above: list[str] = []
     blocked: set[str] = set()
     for item in merged:
@@ -337,148 +336,11 @@ def favour_reply_documents(
     return out, lifted
 
 
-# A short question's words, beyond facets such as "prazo" or "valor", that may still leave
-# it ambiguous (asking how to join "the plan" where several plans exist).
-# How many of the best documents a clarification weighs, and offers at most.
-_INFINITIVE = ("ar", "er", "ir")
 _STEM = 6  # title and question words compared by their first letters ("licença"/"licencia")
 
 
-def _stems(words: Sequence[str], shortest: int = 3) -> frozenset[str]:
+def word_stems(words: Sequence[str], shortest: int = 3) -> frozenset[str]:
     return frozenset(w[:_STEM] for w in words if len(w) >= shortest)
 
 
 # A title that names its page as the general rule of its subject.
-_GENERAL_TITLE = re.compile(
-    r"\b(?:regras? gera(?:l|is)|reglas? generales?|regimen general|visao geral|"
-    r"general rules?|overview)\b"
-)
-
-
-def ambiguous_documents(
-    question_terms: Sequence[str],
-    titles: Sequence[tuple[str, Sequence[str]]],
-    texts: Sequence[Sequence[str]] | None = None,
-    language: str | None = None,
-) -> list[str]:
-    """Return the titles a short question cannot choose between, or [] when it can.
-
-    `titles` are the best documents' (title, title words), best first. The readings split
-    across sibling documents when none of the question's words tells the best documents'
-    titles apart: a short question of how long a leave lasts matches "licença" in both the
-    maternity and the paternity page; "licença paternidade, quantos dias?" matches one.
-    `texts` (each document's best passage, as words) settle it too: a question word beyond
-    the titles' that only the best page's passage has ("where does it snow the most in
-    North Carolina?": the climate page) names the reading.
-    """
-    if not question_terms or len(titles) < 2:
-        return []
-    if _GENERAL_TITLE.search(normalize(titles[0][0])):
-        # The best page says it is the general rule ("Férias – regras gerais para
-        # empregados"): a short question that names no sibling's case is about it, not about
-        # "Férias coletivas de fim de ano".
-        return []
-    asked = _stems(question_terms)
-    matched = [asked & _stems(words) for _, words in titles[: tuning().clarify_depth]]
-    if any(m - matched[0] for m in matched[1:]):
-        return []  # a word of the question names one of the others more than the best one
-    # The best page whose title opens with the asked word ("Férias – regras gerais") is the
-    # general page on it: a page that only mentions the word later ("Pedido de demissão
-    # durante as férias") is no competing reading of it.
-    heads = [next(iter(_stems(words[:1])), "") for _, words in titles[: tuning().clarify_depth]]
-    general = heads[0] in matched[0]
-    # Readings are siblings only when their titles share a word ("Assistência médica — …",
-    # "Assistência odontológica — …"): unrelated pages the words fail to tell apart mean a
-    # weak search, not an ambiguous question.
-    first = _stems(titles[0][1])
-    same = [
-        i
-        for i, m in enumerate(matched)
-        if m == matched[0]
-        and (not general or heads[i] == heads[0])
-        and (i == 0 or bool(first & _stems(titles[i][1])))
-    ]
-    if texts is not None:
-        # A Portuguese or Spanish infinitive ("quero entrar no plano") says what to do, not
-        # which page, and a word that asks for a kind of answer ("qual o prazo pra pedir o
-        # reembolso?") says what to find on it: only nouns and names beyond the titles
-        # pick a reading.
-        # Judged on the whole word: a stem ("cancel" of "cancelar") hides the ending.
-        nouns = [
-            w
-            for w in question_terms
-            if not (language in ("pt", "es") and len(w) > 4 and w.endswith(_INFINITIVE))
-            and normalize(w) not in CUE_WORDS
-        ]
-        beyond = _stems(nouns) - matched[0]
-        own = [beyond & _stems(words) for words in texts[: tuning().clarify_depth]]
-        same = [i for i in same if not own[0] - own[i]]
-    distinct = list(dict.fromkeys(titles[i][0] for i in same))
-    return distinct[: tuning().max_options] if len(distinct) >= 2 else []
-
-
-_ASK: dict[str, tuple[str, str]] = {
-    "pt": ("Você quer saber sobre {}?", " ou "),
-    "es": ("¿Quiere saber sobre {}?", " o "),
-    "en": ("Do you mean {}?", " or "),
-}
-
-
-def clarification_question(options: Sequence[str], language: str | None) -> str:
-    """Ask which reading is meant, naming the options: "Você quer saber sobre X, Y ou Z?"."""
-    template, last = _ASK.get(language or "pt", _ASK["pt"])
-    names = list(options)
-    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + last + names[-1]
-    return template.format(listed)
-
-
-_HEAD_END = frozenset({"e", "y", "and"})
-
-
-def _head_stems(title: str, language: str) -> frozenset[str]:
-    """The stems of a title's subject: its first content words before the dash, the
-    parenthesis or an "e"/"y"/"and" ("Licencia anual y salario vacacional" -> licencia
-    anual; "Viáticos para viajes de trabajo" -> viáticos, viajes; a compound counts its
-    parts)."""
-    words: list[str] = []
-    for token in token_spans(title_subject(title)):
-        if token.norm in _HEAD_END:
-            break
-        words += [part for part in token.norm.split("-") if part]
-    kept = set(content_terms(" ".join(words), language))
-    content = [w for w in words if w in kept]
-    return frozenset(stem(w, language) for w in content[: tuning().head_words])
-
-
-def reply_named_documents(
-    question: str,
-    reply: str | None,
-    titles: Sequence[str],
-    topic: str | None = None,
-    language: str | None = None,
-) -> list[str]:
-    """The found pages a follow-up cannot choose between because the last reply named
-    each of them and the turn only asks how much, when or how: a monthly-cost question
-    after "inclua-o na assistência médica e na assistência odontológica". [] otherwise.
-
-    A page is named when the reply says its title's subject (_head_stems); the turn asks
-    only when none of its content words names a topic (asks.names_no_topic), and the
-    conversation's own topic (its user's words) names none of the pages either."""
-    if not reply:
-        return []
-    if any(not names_no_topic(w) for w in content_terms(question)):
-        return []
-    lang = language or "pt"
-
-    def stems(text: str) -> frozenset[str]:  # a compound's parts as words of their own
-        return frozenset(stem(t.norm, lang) for t in token_spans(text.replace("-", " ")))
-
-    said, asked = stems(reply), stems(topic or "")
-    named: dict[frozenset[str], str] = {}
-    for title in titles:
-        head = _head_stems(title, lang)
-        if head and head <= said:
-            named.setdefault(head, title)
-    if len(named) < 2 or any(head <= asked for head in named):
-        return []
-    return list(named.values())[:3]

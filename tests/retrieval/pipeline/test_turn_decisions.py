@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.pipeline.evidence import (
+from retrieval.pipeline.ask_back import (
     ambiguous_documents,
-    choose_reading,
     clarification_question,
-    favour_reply_documents,
     reply_named_documents,
-    reply_probe,
 )
+from retrieval.pipeline.evidence import choose_reading, favour_reply_documents, reply_probe
 from retrieval.pipeline.fusion import Hit, MergedHit
 from retrieval.pipeline.rewrite_rules import rewrite_with_rules
 from retrieval.pipeline.rewrite_rules.core import clean_query
