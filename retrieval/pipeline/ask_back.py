@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from .asks import CUE_WORDS, names_no_topic
 from .evidence import word_stems
 from .fusion import Hit, MergedHit
+from .languages import phrases
 from .text import content_terms, detect_language, normalize, stem, title_subject, token_spans
 from .tuning import tuning
 from .types import Clarification, HistoryMessage, RewriteResult, SearchQuery
@@ -205,16 +206,9 @@ def ambiguous_documents(
     return distinct[: tuning().max_options] if len(distinct) >= 2 else []
 
 
-_ASK: dict[str, tuple[str, str]] = {
-    "pt": ("Você quer saber sobre {}?", " ou "),
-    "es": ("¿Quiere saber sobre {}?", " o "),
-    "en": ("Do you mean {}?", " or "),
-}
-
-
 def clarification_question(options: Sequence[str], language: str | None) -> str:
     """Ask which reading is meant, naming the options: "Você quer saber sobre X, Y ou Z?"."""
-    template, last = _ASK.get(language or "pt", _ASK["pt"])
+    template, last = phrases(language).ask_which
     names = list(options)
     listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + last + names[-1]
     return template.format(listed)

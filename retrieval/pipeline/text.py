@@ -14,6 +14,8 @@ from typing import Literal
 
 import snowballstemmer
 
+from retrieval.pipeline.languages import stop_words
+
 from .masking import PLACEHOLDER_PATTERN
 
 Language = Literal["pt", "es", "en"]
@@ -98,79 +100,11 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(normalize(text).split())
 
 
-_COMMON_PT = """
-a ao aos as à às o os um uma uns umas de do da dos das no na nos nas num numa em
-por pelo pela pelos pelas para pra pro pras pros com sem sob sobre entre ate desde apos
-contra e ou mas nem que se porque pois como quando onde enquanto embora caso entao logo
-ja ainda tambem so apenas mais menos muito muita muitos muitas pouco pouca bem mal
-nao sim eu tu ele ela nos vos eles elas voce voces me te lhe nos lhes meu minha meus
-minhas teu tua seu sua seus suas nosso nossa nossos nossas dele dela deles delas
-isso isto aquilo esse essa esses essas este esta estes estas aquele aquela aqueles
-aquelas disso disto daquilo nisso nisto desse dessa deste desta nesse nessa neste nesta
-naquele daquele mesmo mesma mesmos mesmas outro outra outros outras todo toda todos
-todas algum alguma alguns algumas nenhum nenhuma cada qualquer quaisquer
-e sou somos sao era eram foi foram ser sendo sido estar estou esta estamos estao estava
-estiveram ter tenho tem temos tinha teve tido haver ha havia houve vai vou vamos ir
-fazer faco faz fazem feito fiz pode podem posso podemos poderia poderiam
-deve devem devo preciso precisa precisamos dar da dou
-"""
-_FILLER_PT = """
-qual quais quanto quanta quantos quantas quem cujo cuja oque porque
-funciona funcionam funcionamento regra regras quero queria gostaria saber sabe
-diga diz dizer explica explique explicar informa informe informar ajuda ajude ajudar
-favor obrigado obrigada oi ola bom boa tudo certo ok entendi entao beleza
-existe existem algo alguem coisa coisas caso exemplo tipo forma maneira jeito
-acontece acontecer aplica aplicam mim ah nossa legal bacana hmm acho achei pensando
-perguntando perguntar tentando
-q qnd qdo qto qnto qnta qntos qntas vc vcs pq tb tbm td msm n hj
-"""
-_COMMON_ES = """
-a al de del la las el los lo un una unos unas en por para con sin sobre entre hasta
-desde tras contra y ni pero sino que si porque pues como cuando donde mientras
-aunque entonces ya aun tambien solo mas menos muy mucho mucha muchos muchas poco poca
-bien mal no si yo tu ti el ella nosotros nosotras vosotros ellos ellas usted ustedes me te
-se le nos les mi mis tu tus su sus nuestro nuestra nuestros nuestras
-eso esto aquello ese esa esos esas este esta estos estas aquel aquella aquellos
-aquellas mismo misma mismos mismas otro otra otros otras todo toda todos todas
-algun alguno alguna algunos algunas ningun ninguno ninguna cada cualquier
-es soy somos son era eran fue fueron ser siendo sido estar estoy esta estamos estan
-estaba tener tengo tiene tienen tenemos tenia tuvo haber hay habia he ha han va voy
-vamos ir hacer hago hace hacen hecho puede pueden puedo podemos podria podrian
-debo debe deben necesito necesita dar doy da
-"""
-_FILLER_ES = """
-cual cuales cuanto cuanta cuantos cuantas quien quienes funciona funcionan
-funcionamiento regla reglas quiero quisiera gustaria saber sabe dime digame decir
-explica explicame explicar informa informar ayuda ayudame ayudar favor gracias hola
-bueno buena ok entiendo existe existen algo alguien cosa cosas caso ejemplo tipo
-forma manera pasa pasar sucede aplica aplican mi ah vaya genial creo pienso preguntando
-preguntar intentando q pq xq tb tmb
-"""
-_COMMON_EN = """
-a an the of to in on at by for with without from into onto about over under between
-through during before after above below up down out off than and or but nor so if
-because as when where while whether then there here also only just very too more most
-less least much many few some any all each every both either neither no not yes
-i you he she it we they me him her us them my your his its our their mine yours
-this that these those what which who whom whose how why
-is am are was were be been being do does did doing done have has had having
-will would shall should can could may might must let lets
-i'm i've i'd i'll you're you've it's that's there's what's isn't aren't wasn't
-weren't don't doesn't didn't can't cannot couldn't won't wouldn't shouldn't
-own same other such again further once ever
-"""
-_FILLER_EN = """
-tell please know want like need explain show give say help thanks thank hi hello
-hey ok okay great sure really anything something thing things way kind sort get got
-happens happen work works mean meant one ones oh wow yeah yep hmm cool nice interesting
-awesome haha lol able wonder wondering curious think thinking guess suppose ask asking
-asked try trying whenever
-"""
-
 STOPWORDS: dict[str, frozenset[str]] = {
-    "pt": _words(_COMMON_PT) | _words(_FILLER_PT),
-    "es": _words(_COMMON_ES) | _words(_FILLER_ES),
-    "en": _words(_COMMON_EN) | _words(_FILLER_EN),
+    # Each language's common words and the chat's own fillers ("quero saber", "tell me"):
+    # never a topic. Kept in the language's data file (retrieval/pipeline/languages).
+    lang: _words(" ".join(stop_words(lang)))
+    for lang in LANGUAGES
 }
 ALL_STOPWORDS: frozenset[str] = frozenset().union(*STOPWORDS.values())
 

@@ -31,6 +31,7 @@ POLICY_SOURCES: Final = (
             "tuning.py",
         )
     ),
+    *sorted((_PIPELINE / "languages").glob("*.json")),  # the phrases it answers with
 )
 
 

@@ -11,6 +11,7 @@ from typing import Literal
 
 from retrieval.pipeline.asks import names_no_topic
 from retrieval.pipeline.glossary import expand_with_glossary, find_glossary_hits
+from retrieval.pipeline.languages import phrases
 from retrieval.pipeline.rewrite_rules.context import (
     CarryPlan,
     Dependency,
@@ -57,16 +58,6 @@ from retrieval.pipeline.types import (
     SearchQuery,
 )
 
-_OUT_OF_SIGHT: dict[str, str] = {
-    "pt": "Não consigo ver o começo da conversa: sobre qual assunto é a sua pergunta?",
-    "es": "No llego a ver el comienzo de la conversación: ¿sobre qué tema es su pregunta?",
-    "en": "I can't see the start of our conversation: which topic is your question about?",
-}
-_CLARIFY: dict[str, str] = {
-    "pt": "Pode dar mais detalhes? Sobre qual assunto é a sua pergunta?",
-    "es": "¿Puede dar más detalles? ¿Sobre qué tema es su pregunta?",
-    "en": "Could you give more details? What topic is your question about?",
-}
 # Neutral pronouns replaced by the carried topic in place, with the preposition they
 # contain: "qual o prazo disso?" -> "qual o prazo de reembolso de despesas?".
 _SUBSTITUTES: dict[str, str] = {
@@ -288,7 +279,7 @@ def _clarification(ctx: _Context, users: list[Turn]) -> Clarification:
             options.append(phrase)
         if len(options) == 2:
             break
-    return Clarification(_CLARIFY.get(ctx.lang or "pt", _CLARIFY["pt"]), tuple(options))
+    return Clarification(phrases(ctx.lang).ask_for_details, tuple(options))
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -627,9 +618,7 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
         users = []
         result.needs_clarification = True
         result.clarify_reason = "out_of_sight"
-        result.clarification = Clarification(
-            _OUT_OF_SIGHT.get(ctx.lang or "pt", _OUT_OF_SIGHT["pt"])
-        )
+        result.clarification = Clarification(phrases(ctx.lang).ask_for_the_topic_out_of_sight)
         result.fire(
             "ask_out_of_sight", "refers to the start of the conversation, outside the window"
         )

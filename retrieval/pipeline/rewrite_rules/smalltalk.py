@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from retrieval.pipeline.languages import phrases
 from retrieval.pipeline.rewrite_rules.lexicon import edit_distance
 from retrieval.pipeline.text import normalize
 
@@ -105,30 +106,7 @@ def small_talk_kind(text: str) -> str | None:
     return next(k for k in _PRECEDENCE if k in kinds)
 
 
-_REPLIES: dict[str, dict[str, str]] = {
-    "pt": {
-        "thanks": "De nada! Se tiver outra dúvida, é só perguntar.",
-        "greeting": "Olá! Em que posso ajudar? Pergunte sobre as políticas de RH e finanças.",
-        "farewell": "Até mais! Quando precisar, é só voltar aqui.",
-        "ack": "Combinado. Se tiver outra dúvida, é só perguntar.",
-    },
-    "es": {
-        "thanks": "¡De nada! Si tenés otra duda, preguntá nomás.",
-        "greeting": "¡Hola! ¿En qué puedo ayudar? Preguntá sobre las políticas de RR. HH. "
-        "y finanzas.",
-        "farewell": "¡Hasta luego! Cuando lo necesites, volvé por acá.",
-        "ack": "Perfecto. Si tenés otra duda, preguntá nomás.",
-    },
-    "en": {
-        "thanks": "You're welcome! Ask me anything else whenever you need.",
-        "greeting": "Hello! How can I help? Ask about the HR and finance policies.",
-        "farewell": "Goodbye! Come back whenever you need.",
-        "ack": "Got it. If anything else comes up, just ask.",
-    },
-}
-
-
 def small_talk_reply(kind: str, language: str | None) -> str:
     """Return the short, polite reply to a small-talk turn, in the turn's language."""
-    replies = _REPLIES.get(language or "pt", _REPLIES["pt"])
-    return replies.get(kind, replies["ack"])
+    replies = phrases(language).small_talk_replies
+    return replies.get(kind) or replies["ack"]

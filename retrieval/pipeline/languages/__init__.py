@@ -1,0 +1,71 @@
+"""What the chat knows and says of each language without a model, one data file a language.
+
+`<lang>.json` beside this module holds the language's stop words (its common words and the
+chat's fillers), the small-talk replies and the questions the rules ask back. A language's
+phrases are a file: a language without one speaks Portuguese (the product's first language).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+FOLDER = Path(__file__).resolve().parent
+FALLBACK = "pt"
+
+
+class LanguageDataError(ValueError):
+    """A language file that cannot be used: the message names it and says why."""
+
+
+@dataclass(frozen=True)
+class Phrases:
+    """One language's phrases (see pt.json for the fields)."""
+
+    small_talk_replies: dict[str, str] = field(default_factory=dict)
+    ask_which: tuple[str, str] = ("", "")  # a template with {} for the options; the last "or"
+    ask_for_details: str = ""
+    ask_for_the_topic_out_of_sight: str = ""
+
+
+def phrases_load(path: Path) -> Phrases:
+    """Read one language file; a clear error for a file that is not one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        which = data.get("ask_which", {})
+        phrases = Phrases(
+            small_talk_replies={str(k): str(v) for k, v in data["small_talk_replies"].items()},
+            ask_which=(str(which["template"]), str(which["last_separator"])),
+            ask_for_details=str(data["ask_for_details"]),
+            ask_for_the_topic_out_of_sight=str(data["ask_for_the_topic_out_of_sight"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise LanguageDataError(f"{path}: not a language file ({exc!r})") from exc
+    if "{}" not in phrases.ask_which[0]:
+        raise LanguageDataError(f"{path}: ask_which.template has no {{}} for the options")
+    return phrases
+
+
+@cache
+def phrases(language: str | None, folder: Path = FOLDER) -> Phrases:
+    """The phrases of `language` (Portuguese's where it has no file in `folder`)."""
+    path = folder / f"{language or FALLBACK}.json"
+    if not path.is_file():
+        path = FOLDER / f"{FALLBACK}.json"
+    return phrases_load(path)
+
+
+@cache
+def stop_words(language: str, folder: Path = FOLDER) -> tuple[str, ...]:
+    """The language's stop words as its file writes them: common words, then the chat's
+    fillers (none for a language without a file)."""
+    path = folder / f"{language}.json"
+    if not path.is_file():
+        return ()
+    try:
+        lists = json.loads(path.read_text(encoding="utf-8"))["stop_words"]
+        return tuple(str(w) for name in ("common", "fillers") for w in lists[name])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise LanguageDataError(f"{path}: no stop_words lists ({exc!r})") from exc
