@@ -259,33 +259,52 @@ def parse_rewrite_output(raw: str, *, max_queries: int, max_query_chars: int) ->
         raise ValueError("max_queries and max_query_chars must be at least 1")
     if not raw or not raw.strip():
         raise RewriteParseError("empty output")
-    data = _extract_json(raw)
+    items, clarification = _reply_parts(_extract_json(raw), max_query_chars)
+    needs_clarification = clarification is not None
+    queries, dropped = _clean_queries(items, max_query_chars)
+    if not queries and not needs_clarification:
+        if not items:
+            raise RewriteParseError("no queries given")
+        detail = ", ".join(f"{count} {why}" for why, count in dropped.items())
+        raise RewriteParseError(f"no usable queries ({detail})")
+    return ParsedRewrite(
+        queries=queries[:max_queries],
+        needs_clarification=needs_clarification,
+        clarification=clarification,
+    )
 
-    needs_clarification = False
-    clarification: Clarification | None = None
-    items: list[Any]
+
+def _reply_parts(
+    data: dict[str, Any] | list[Any], max_query_chars: int
+) -> tuple[list[Any], Clarification | None]:
+    """The reply's query items, and its question back (None: it asks nothing)."""
     if isinstance(data, list):
-        items = data
-    else:
-        raw_queries = data.get("queries", data.get("query"))
-        if isinstance(raw_queries, str):
-            # A single query given as a plain string is the question made self-contained.
-            raw_queries = [{"text": raw_queries, "type": "normalize"}]
-        needs_clarification = _as_bool(data.get("needs_clarification", False))
-        if needs_clarification:
-            clarification = _parse_clarification(data.get("clarification"), max_query_chars)
-            if clarification is None:
-                raise RewriteParseError(
-                    "needs_clarification is true but no clarification question given"
-                )
-        if raw_queries is None:
-            if not needs_clarification:
-                raise RewriteParseError("JSON object has no 'queries'")
-            raw_queries = []
-        if not isinstance(raw_queries, list):
-            raise RewriteParseError(f"'queries' is {type(raw_queries).__name__}, not a list")
-        items = raw_queries
+        return data, None
+    raw_queries = data.get("queries", data.get("query"))
+    if isinstance(raw_queries, str):
+        # A single query given as a plain string is the question made self-contained.
+        raw_queries = [{"text": raw_queries, "type": "normalize"}]
+    clarification: Clarification | None = None
+    needs_clarification = _as_bool(data.get("needs_clarification", False))
+    if needs_clarification:
+        clarification = _parse_clarification(data.get("clarification"), max_query_chars)
+        if clarification is None:
+            raise RewriteParseError(
+                "needs_clarification is true but no clarification question given"
+            )
+    if raw_queries is None:
+        if not needs_clarification:
+            raise RewriteParseError("JSON object has no 'queries'")
+        raw_queries = []
+    if not isinstance(raw_queries, list):
+        raise RewriteParseError(f"'queries' is {type(raw_queries).__name__}, not a list")
+    return raw_queries, clarification
 
+
+def _clean_queries(
+    items: list[Any], max_query_chars: int
+) -> tuple[list[SearchQuery], dict[str, int]]:
+    """The usable queries, each once, and how many items were dropped for which reason."""
     queries: list[SearchQuery] = []
     seen: set[str] = set()
     dropped: dict[str, int] = {}
@@ -300,16 +319,7 @@ def parse_rewrite_output(raw: str, *, max_queries: int, max_query_chars: int) ->
             text = _clean_text(item)
         elif isinstance(item, dict):
             text = _clean_text(item.get("text", item.get("query")))
-            raw_type = item.get("type")
-            qtype = "normalize"
-            if isinstance(raw_type, str):
-                folded_type = raw_type.strip().lower().replace("-", "_").replace(" ", "_")
-                for known in LLM_QUERY_TYPES:
-                    if folded_type == known:
-                        qtype = known
-            area = _truncate(_clean_text(item.get("area")) or "", MAX_AREA_CHARS) or None
-            if area is not None and fold(area) in {"null", "none"}:
-                area = None
+            qtype, area = _item_type(item.get("type")), _item_area(item.get("area"))
         else:
             drop("not a string or object")
             continue
@@ -326,14 +336,22 @@ def parse_rewrite_output(raw: str, *, max_queries: int, max_query_chars: int) ->
             continue
         seen.add(key)
         queries.append(SearchQuery(text=text, type=qtype, area=area))
+    return queries, dropped
 
-    if not queries and not needs_clarification:
-        if not items:
-            raise RewriteParseError("no queries given")
-        detail = ", ".join(f"{count} {why}" for why, count in dropped.items())
-        raise RewriteParseError(f"no usable queries ({detail})")
-    return ParsedRewrite(
-        queries=queries[:max_queries],
-        needs_clarification=needs_clarification,
-        clarification=clarification,
-    )
+
+def _item_type(raw_type: object) -> QueryType:
+    """A query object's type as we know it ("normalize" when unknown or missing)."""
+    if isinstance(raw_type, str):
+        folded_type = raw_type.strip().lower().replace("-", "_").replace(" ", "_")
+        for known in LLM_QUERY_TYPES:
+            if folded_type == known:
+                return known
+    return "normalize"
+
+
+def _item_area(raw_area: object) -> str | None:
+    """A query object's area hint, cut short; None for none, "null" or "none"."""
+    area = _truncate(_clean_text(raw_area) or "", MAX_AREA_CHARS) or None
+    if area is not None and fold(area) in {"null", "none"}:
+        return None
+    return area
