@@ -50,6 +50,15 @@ class ModeReport:
     rows: list[dict[str, Any]] = field(default_factory=list)
     latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
 
+    def add(self, row: dict[str, Any], timings_ms: Mapping[str, float]) -> None:
+        """Keep one task's row and its stages' latencies (the answer's, when built)."""
+        self.rows.append(row)
+        for stage, ms in timings_ms.items():
+            self.latencies[stage].append(ms)
+        self.latencies["total"].append(sum(timings_ms.values()))
+        if row.get("answer") is not None:
+            self.latencies["answer"].append(row["answer"]["build_ms"])
+
     def summary(self) -> dict[str, Any]:
         """Figures overall, per category and per language (the JSON report's `modes`)."""
         rows = self.rows
@@ -210,12 +219,7 @@ async def evaluate_mode(
                 reference=references.get(task.id),
                 lexicon=lexicon if corpus_idf else None,
             )
-        report.rows.append(row)
-        for stage, ms in outcome.timings_ms.items():
-            report.latencies[stage].append(ms)
-        report.latencies["total"].append(sum(outcome.timings_ms.values()))
-        if answers:
-            report.latencies["answer"].append(row["answer"]["build_ms"])
+        report.add(row, outcome.timings_ms)
         if on_task:
             on_task()
     return report

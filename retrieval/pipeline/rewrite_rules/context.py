@@ -322,6 +322,22 @@ def _replacements(
     return found
 
 
+def _carried_words(anchors: int, is_anchor: bool, kind: Kind) -> tuple[float, int]:
+    """How rare an earlier turn's words must be to be carried, and how many at most.
+
+    The turn that names the topic gives its rarer words; a turn that points back gives only
+    its rare ones; a vague one (asking only a facet: the deadline) its less common ones.
+    """
+    if anchors:
+        # The turn before the newest self-contained one: that one may have been an implicit
+        # follow-up itself (whether a balance is lost, after the hours bank), so the older
+        # topic lends its rarest word.
+        return tuning().strong, tuning().earlier_anchor_terms
+    if is_anchor:
+        return tuning().common, tuning().anchor_terms
+    return (tuning().common if kind == "weak" else tuning().strong), tuning().subtopic_terms
+
+
 def plan_carry(
     question: Turn,
     dependency: Dependency,
@@ -370,20 +386,7 @@ def plan_carry(
             replaced |= old
             new_words = " ".join(walk.surface.get(w, w) for w in sorted(newer, key=order))
             walk.plan.replaced.append((render_phrase(turn.tokens, old), new_words))
-        # The turn that names the topic gives its rarer words; a turn that points back
-        # gives only its rare ones; a vague one ("qual o prazo?") its less common ones.
-        if anchors:
-            # The turn before the newest self-contained one: that one may have been an
-            # implicit follow-up itself ("venceu o semestre, perco o saldo?" after the
-            # hours bank), so the older topic lends its rarest word.
-            floor, limit = tuning().strong, tuning().earlier_anchor_terms
-        elif is_anchor:
-            floor, limit = tuning().common, tuning().anchor_terms
-        else:
-            floor, limit = (
-                (tuning().common if kind == "weak" else tuning().strong),
-                tuning().subtopic_terms,
-            )
+        floor, limit = _carried_words(anchors, is_anchor, kind)
         candidates = [
             w
             for w in dict.fromkeys(turn.terms)
