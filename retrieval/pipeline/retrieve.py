@@ -101,9 +101,9 @@ class RetrievalSettings:
     rerank: RerankSettings | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class RetrievalOutcome:
-    """Everything the answer step and the trace need."""
+    """Everything the answer step and the trace need (a decided turn: never changed)."""
 
     masked_question: str
     masked_window: list[HistoryMessage]
