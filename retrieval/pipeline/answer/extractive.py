@@ -882,7 +882,13 @@ def _choose(
     ]
     scored = [(s, line) for s, line in every if s > 0]
     if not scored:
-        top = [line for line in lines if line.rank == 0][:2]
+        # No line says any of the question's words (a message of names only, masked): the
+        # best-ranked document that has lines speaks; the top passage may have none (a
+        # heading alone), and a part of a split message may have no lines at all.
+        if not lines:
+            return []
+        first = min(line.rank for line in lines)
+        top = [line for line in lines if line.rank == first][:2]
         scored = [(1.0 - 0.01 * i, line) for i, line in enumerate(top)]
     best_score = max(s for s, _ in scored)
     by_document: dict[str, list[tuple[float, _Line]]] = {}

@@ -1263,3 +1263,15 @@ def test_the_opening_line_repeats_the_question_without_its_typos() -> None:
     opening = text.split("\n", 1)[0]
     assert "estagiário terceirizados tem recesso" in opening, opening
     assert "30 dias" in text, text
+
+
+@pytest.mark.parametrize("first_text", ["## Férias", "Férias:", ""])
+def test_a_message_of_names_only_answers_from_the_first_document_with_lines(
+    first_text: str,
+) -> None:
+    # Issue #38, finding 6: a message of capitalised names alone ("Ana Maria " x 127) says
+    # none of the pages' words; when the top passage has no line of its own (a heading
+    # alone), choosing its lines found none and `_choose` failed on an empty `max()`.
+    heading_only = Passage(1, "Férias", "Férias", first_text, document="ferias")
+    answer = _answer("Ana Maria " * 127, heading_only, RESIGNATION)
+    assert "O aviso prévio é de 30 dias. [2]" in answer
