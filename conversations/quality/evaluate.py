@@ -320,7 +320,7 @@ async def answer_row(
     and 120 words), the ceiling (facts in the first one and three pages the answer could
     read), whether it says the pages hold nothing, words, reference token recall."""
     started = time.perf_counter()
-    not_found = False
+    not_found, coverage = False, None
     if row["clarified"] and row["clarification"]:
         text, extractive = row["clarification"]["question"], False
     elif not row["searched"]:
@@ -330,7 +330,7 @@ async def answer_row(
             outcome=outcome, language=language, model=model, lexicon=lexicon
         )
         text, extractive = answer.text, answer.kind != "model"
-        not_found = answer.kind == "nothing"
+        not_found, coverage = answer.not_found, answer.coverage
     build_ms = (time.perf_counter() - started) * 1000
     shown = _rendered(text)
     facts = task.expected_answer_contains
@@ -338,12 +338,15 @@ async def answer_row(
     return {
         "text": text,
         "not_found": not_found,
+        "coverage": coverage,
         "expect_no_answer": task.expect_no_answer,
         "extractive": extractive,
         "words": word_count(text),
         "facts": fact_checks(shown, facts),
         "facts_at": {str(n): fact_checks(first_words(shown, n), facts) for n in FACT_WORDS},
-        "ceiling": {str(k): fact_checks(" \n".join(pages[:k]), facts) for k in CEILING_PAGES},
+        "ceiling": {
+            str(k): fact_checks(_rendered(" \n".join(pages[:k])), facts) for k in CEILING_PAGES
+        },
         "token_recall": (token_recall(reference, shown) if reference is not None else None),
         "build_ms": round(build_ms, 3),
     }

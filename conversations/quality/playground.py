@@ -20,11 +20,12 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from conversations.quality.evaluate import turn_answer
+from conversations.quality.evaluate import turn_answer_built
 from retrieval.models import Collection
 from retrieval.pipeline.answer import answer_language
 from retrieval.pipeline.llm import ChatModel
 from retrieval.pipeline.model_stages import HydeRecord, RerankRecord
+from retrieval.pipeline.respond import Answer
 from retrieval.pipeline.retrieve import RetrievalOutcome, RetrievalSettings, RewriteMode, retrieve
 from retrieval.pipeline.rewrite_rules.smalltalk import small_talk_reply
 from retrieval.pipeline.search import Legs, Scope
@@ -71,6 +72,8 @@ class PlaygroundRun:
     outcome: RetrievalOutcome
     answer: str
     answer_kind: str  # "extractive", "model", "small talk", "clarification"
+    # Why these lines (the extractive answer's): see `answer_why`; None for other kinds.
+    why: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The run as JSON: what `ask --json` prints and the staff page shows."""
@@ -115,7 +118,7 @@ class PlaygroundRun:
                 for number, m in enumerate(outcome.passages, start=1)
             ],
             "sources_shown": self.answer_kind not in {"small talk", "clarification"},
-            "answer": {"text": self.answer, "kind": self.answer_kind},
+            "answer": {"text": self.answer, "kind": self.answer_kind, "why": self.why},
             "hyde": _stage(outcome.hyde),
             "rerank": _stage(outcome.rerank),
             "reranked": _reranked(outcome),
@@ -271,8 +274,9 @@ def playground_run(
             outcome=outcome,
             answer=answer,
             answer_kind=kind,
+            why=why,
         )
-        for config, (outcome, answer, kind) in zip(configs, outcomes, strict=True)
+        for config, (outcome, answer, kind, why) in zip(configs, outcomes, strict=True)
     ]
 
 
@@ -296,7 +300,7 @@ async def _run_all(
     ctx: _Context,
     configs: Sequence[PlaygroundConfig],
     settings: dict[PlaygroundConfig, RetrievalSettings],
-) -> list[tuple[RetrievalOutcome, str, str]]:
+) -> list[tuple[RetrievalOutcome, str, str, dict[str, Any] | None]]:
     language = answer_language(question, ctx.default_language)  # as the turn decides it
     out = []
     for config in configs:
@@ -315,21 +319,44 @@ async def _run_all(
             today=timezone.localdate(),
             areas=ctx.areas,
         )
-        answer, kind = await _reply(outcome, language, ctx.model)
-        out.append((outcome, answer, kind))
+        answer, kind, why = await _reply(outcome, language, ctx.model)
+        out.append((outcome, answer, kind, why))
     return out
 
 
 async def _reply(
     outcome: RetrievalOutcome, language: str, model: ChatModel | None
-) -> tuple[str, str]:
-    """What the turn would say: a small-talk reply, a question back, or the answer."""
+) -> tuple[str, str, dict[str, Any] | None]:
+    """What the turn would say: a small-talk reply, a question back, or the answer (and,
+    for the extractive answer, why its lines)."""
     rewrite = outcome.rewrite
     if rewrite.no_search and rewrite.small_talk:
-        return small_talk_reply(rewrite.small_talk, language), "small talk"
+        return small_talk_reply(rewrite.small_talk, language), "small talk", None
     if rewrite.needs_clarification and rewrite.clarification is not None:
         options = " | ".join(rewrite.clarification.options)
         text = rewrite.clarification.question + (f"\n(options: {options})" if options else "")
-        return text, "clarification"
-    text, extractive = await turn_answer(outcome=outcome, language=language, model=model)
-    return text, "extractive" if extractive else "model"
+        return text, "clarification", None
+    answer = await turn_answer_built(outcome=outcome, language=language, model=model)
+    if answer.kind == "model":
+        return answer.text, "model", None
+    return answer.text, "extractive", answer_why(answer)
+
+
+def answer_why(answer: Answer) -> dict[str, Any]:
+    """The extractive answer's lines with their scores, as JSON (ask --explain, staff)."""
+    return {
+        "not_found": answer.not_found,
+        "coverage": answer.coverage,
+        "lines": [
+            {
+                "n": line.number,
+                "score": line.score,
+                "document": line.document,
+                "section": line.heading,
+                "page_rank": line.page_rank,
+                "says": list(line.says),
+                "text": line.text,
+            }
+            for line in answer.lines
+        ],
+    }
