@@ -615,7 +615,9 @@ def extractive_choice(
             subject=_joined_subjects(shown, language, len(parts)),
         )
         terms = _question_terms(question, queries, rewrite, language)
-        return _explained(text, chosen, terms, idf, context)
+        return _explained(
+            text, chosen, terms, idf, context, judged=_same_language(passages, language)
+        )
     kind = answer_kind(question)
     terms = _question_terms(question, queries, rewrite, language)
     said = _said_only(history, language)
@@ -640,7 +642,22 @@ def extractive_choice(
         else SPECIFIC_BONUS,
         cases=_cases(" ".join([question, *queries])),
     )
-    return _explained(_render(shown, language, kind, chosen), chosen, terms, idf, context)
+    return _explained(
+        _render(shown, language, kind, chosen),
+        chosen,
+        terms,
+        idf,
+        context,
+        judged=_same_language(passages, language),
+    )
+
+
+def _same_language(passages: Sequence[Passage], language: str) -> bool:
+    """Whether the question's words can be looked for on these pages: a page in its
+    language (or of no known language) is among them. An English question over
+    Portuguese pages shares few words with the line that answers it, so its coverage
+    says nothing about whether the pages hold the answer."""
+    return any(p.language in ("", language) for p in passages)
 
 
 def _explained(
@@ -649,10 +666,13 @@ def _explained(
     terms: Mapping[str, float],
     idf: Mapping[str, float],
     context: Mapping[int, frozenset[str]],
+    *,
+    judged: bool = True,
 ) -> ExtractiveAnswer:
     """The answer with its lines, and the share of the question it covers (see
     `ExtractiveAnswer`): every searched word, by its weight (the person's own words count
-    most) and its rarity."""
+    most) and its rarity. Unless `judged`, the coverage is kept but never says "not
+    found" (`_same_language`)."""
     own = dict(terms)
     default = idf["__default__"]
     weight = {t: w * max(0.0, idf.get(t, default)) for t, w in own.items()}
@@ -678,7 +698,7 @@ def _explained(
         text,
         tuple(lines),
         coverage=round(coverage, 4),
-        not_found=coverage < NOT_FOUND_COVERAGE,
+        not_found=judged and coverage < NOT_FOUND_COVERAGE,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from datetime import date
 from typing import Any
 
@@ -245,3 +246,15 @@ async def test_a_found_answer_is_not_marked_not_found() -> None:
     )
     assert not answer.not_found and answer.lines and answer.coverage
     assert "30 dias de férias" in answer.text
+
+
+async def test_a_question_in_another_language_than_every_page_is_never_refused() -> None:
+    # Its words are not the pages' words: the coverage cannot tell whether they answer.
+    outcome = _unrelated("how do I claim a parking ticket from a client visit?", "en")
+    pages = [MergedHit(replace(m.hit, language="pt"), m.score) for m in outcome.passages]
+    outcome = replace(outcome, passages=pages, merged=pages)
+    answer = await answer_turn(
+        outcome=outcome, language="en", model=None, today=date(2026, 12, 1), model_timeout=5
+    )
+    assert answer.coverage is not None and answer.coverage < 0.10
+    assert not answer.not_found and answer.lines
