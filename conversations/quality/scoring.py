@@ -188,3 +188,40 @@ def grouped(
     for row in rows:
         groups[str(row[key])].append(row)
     return {name: score(items) for name, items in sorted(groups.items())}
+
+
+def not_found_table(
+    answerable: Sequence[Mapping[str, Any]],
+    unanswerable: Sequence[Mapping[str, Any]],
+    thresholds: Sequence[float],
+) -> list[dict[str, Any]]:
+    """For each threshold on an answer's `coverage`: the unanswerable turns it would refuse,
+    the answerable ones, the share of judged facts those hold, and the precision."""
+    facts = sum(len(a["facts"]) for a in answerable)
+    out = []
+    for threshold in thresholds:
+        caught = sum(a["coverage"] < threshold for a in unanswerable)
+        refused = [a for a in answerable if a["coverage"] < threshold]
+        said = caught + len(refused)
+        out.append(
+            {
+                "threshold": threshold,
+                "recall": caught / len(unanswerable) if unanswerable else 0.0,
+                "refused_answerable": len(refused),
+                "facts_at_risk": sum(len(a["facts"]) for a in refused) / facts if facts else 0.0,
+                "precision": caught / said if said else None,
+            }
+        )
+    return out
+
+
+def not_found_threshold(table: Sequence[Mapping[str, Any]], *, facts_budget: float = 0.0) -> float:
+    """The largest threshold whose refused answerable turns hold at most `facts_budget` of
+    the judged facts and refuse none without facts beyond it (0: refuse no answerable turn)."""
+    fitting = [
+        row["threshold"]
+        for row in table
+        if row["facts_at_risk"] <= facts_budget
+        and (facts_budget > 0 or row["refused_answerable"] == 0)
+    ]
+    return max(fitting, default=0.0)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +20,8 @@ from conversations.quality.scoring import (
     first_words,
     match_norm,
     no_search_scores,
+    not_found_table,
+    not_found_threshold,
     term_checks,
     term_scores,
     token_recall,
@@ -203,3 +209,40 @@ def test_not_found_precision_recall_and_facts_at_risk() -> None:
 def test_not_found_without_expectations_reports_no_precision() -> None:
     nf = answer_scores([_answer_with({"a": True}, {}, not_found=False)])["not_found"]
     assert "precision" not in nf and nf["said"] == 0
+
+
+def _covered(coverage: float, facts: int = 0) -> dict[str, Any]:
+    return {"coverage": coverage, "facts": {f"f{i}": True for i in range(facts)}}
+
+
+def test_not_found_calibration_takes_the_largest_threshold_refusing_no_answerable_turn() -> None:
+    answerable = [_covered(0.12, facts=1), _covered(0.5, facts=3)]
+    unanswerable = [_covered(0.0), _covered(0.06), _covered(0.11), _covered(0.4)]
+    table = not_found_table(answerable, unanswerable, [0.05, 0.1, 0.15])
+    assert [r["recall"] for r in table] == [0.25, 0.5, 0.75]
+    assert [r["refused_answerable"] for r in table] == [0, 0, 1]
+    assert table[2]["facts_at_risk"] == 0.25 and table[2]["precision"] == 0.75
+    assert not_found_threshold(table) == 0.1
+    assert not_found_threshold(table, facts_budget=0.25) == 0.15
+
+
+def test_the_calibration_script_prints_the_table_and_the_threshold(tmp_path: Path) -> None:
+    def report(name: str, answers: list[dict[str, Any]]) -> str:
+        path = tmp_path / name
+        rows = [{"answer": a} for a in answers] + [{"answer": None}]
+        path.write_text(json.dumps({"tasks": rows}), encoding="utf-8")
+        return str(path)
+
+    good = report("good.json", [_covered(0.11, facts=1), _covered(0.5, facts=2)])
+    bad = report("bad.json", [_covered(0.0), _covered(0.07)])
+    root = Path(__file__).resolve().parents[3]
+    proc = subprocess.run(
+        [sys.executable, "scripts/calibrate_not_found.py", "--answerable", good]
+        + ["--unanswerable", bad],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "answerable 2, unanswerable 2" in proc.stdout
+    assert proc.stdout.rstrip().endswith("NOT_FOUND_COVERAGE = 0.10")
