@@ -26,6 +26,7 @@ from .answer import (
     passages_from_hits,
     query_rankings,
 )
+from .answer.check import model_answer_problem
 from .llm import ChatModel, LLMError
 from .masking import split_unfinished_placeholder
 from .retrieve import RetrievalOutcome
@@ -127,8 +128,14 @@ async def answer_turn(
             if pending:
                 await send(outcome.masker.unmask(pending))
             if shown.strip():
-                return done(shown, "model")
-            error = "the model returned an empty answer"
+                problem = model_answer_problem(
+                    shown, passage_count=len(passages), language=language
+                )
+                if problem is None:
+                    return done(shown, "model")
+                error = f"the model's answer was replaced: {problem}"
+            else:
+                error = "the model returned an empty answer"
         except LLMError as exc:
             error = f"model failed: {exc}"
             if shown.strip():
@@ -136,7 +143,8 @@ async def answer_turn(
                 await send(note)
                 return done(shown, "model", error=error)
         # No usable model output: fall back to the extractive answer, saying why.
-        prefix = label("model_failed", language) + "\n\n"
+        rejected = error.startswith("the model's answer was replaced")
+        prefix = label("model_rejected" if rejected else "model_failed", language) + "\n\n"
 
     # The "no model" label is the page's badge (`extractive`), not the answer's first line.
     # Lines may come from other found sections of the shown documents, citing their card.

@@ -258,3 +258,35 @@ async def test_a_question_in_another_language_than_every_page_is_never_refused()
     )
     assert answer.coverage is not None and answer.coverage < 0.10
     assert not answer.not_found and answer.lines
+
+
+REJECTED_NOTE = (
+    "A resposta do modelo não citava os documentos, se repetia ou estava em outro idioma; "
+    "mostrando uma resposta extrativa."
+)
+
+
+@pytest.mark.parametrize(
+    ("script", "why"),
+    [
+        (["Para ajudá-lo e ajudá-lo ", "não também também ajudá-lo."], "cites no passage"),
+        (
+            ["Todo empregado tem direito ", "a trinta dias [1] dias [1] dias [1] dias [1]."],
+            "repeats",
+        ),
+        (
+            ["Every employee is entitled to thirty days ", "of paid vacation each year [1]."],
+            "in en",
+        ),
+    ],
+)
+async def test_a_model_answer_that_cannot_stand_is_replaced_with_a_visible_note(
+    script: list[str], why: str
+) -> None:
+    streamed, pieces, whole = await _both(_outcome(), [script])
+    assert streamed == whole and streamed.kind == "extractive"
+    assert streamed.text.startswith(REJECTED_NOTE + "\n\n")
+    assert "30 dias de férias" in streamed.text
+    assert why in streamed.error and streamed.error.startswith("the model's answer was replaced")
+    # The page showed the model's words while they came; the final text replaces them.
+    assert "".join(pieces).startswith("".join(script))
