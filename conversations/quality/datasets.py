@@ -52,6 +52,8 @@ class EvalTask:
     queries_must_not_contain: tuple[str, ...] = ()
     # Facts a correct answer states; () means "not annotated", not "nothing to say".
     expected_answer_contains: tuple[str, ...] = ()
+    # The pages hold no answer (MTRAG-UN's unanswerable turns): the answer should say so.
+    expect_no_answer: bool = False
 
 
 @dataclass
@@ -253,6 +255,7 @@ def task_from_record(
         expected_queries_contain=_strings(record, "expected_queries_contain", where),
         queries_must_not_contain=_strings(record, "queries_must_not_contain", where),
         expected_answer_contains=_strings(record, "expected_answer_contains", where),
+        expect_no_answer=bool(record.get("expect_no_answer", False)),
     )
 
 

@@ -15,9 +15,12 @@ from django.utils import timezone
 
 from conversations.quality.datasets import EvalTask
 from conversations.quality.scoring import (
+    CEILING_PAGES,
+    FACT_WORDS,
     answer_scores,
     clarification_scores,
     fact_checks,
+    first_words,
     grouped,
     no_search_scores,
     retrieval_scores,
@@ -27,11 +30,12 @@ from conversations.quality.scoring import (
     word_count,
 )
 from retrieval.models import Collection
+from retrieval.pipeline.answer import context_passages
 from retrieval.pipeline.fusion import ranked_documents
 from retrieval.pipeline.llm import ChatModel
 from retrieval.pipeline.metrics import mrr_at, ndcg_at, percentile, recall_at
 from retrieval.pipeline.plan import TurnPlan, plan_turn
-from retrieval.pipeline.respond import answer_turn
+from retrieval.pipeline.respond import Answer, answer_turn
 from retrieval.pipeline.retrieve import RetrievalOutcome, RewriteMode
 from retrieval.pipeline.search import Scope
 from retrieval.pipeline.tuning import DEFAULT_TUNING, Tuning
@@ -127,6 +131,20 @@ async def turn_answer(
     The chat's own answer step (`retrieval.pipeline.respond.answer_turn`), not streamed. A
     turn that found nothing counts as extractive here (no model wrote it).
     """
+    answer = await turn_answer_built(
+        outcome=outcome, language=language, model=model, lexicon=lexicon
+    )
+    return answer.text, answer.kind != "model"
+
+
+async def turn_answer_built(
+    *,
+    outcome: RetrievalOutcome,
+    language: str,
+    model: ChatModel | None,
+    lexicon: Callable[[set[str]], LexiconView] | None = None,
+) -> Answer:
+    """The turn's whole answer value (`turn_answer` keeps only its text and who wrote it)."""
 
     async def statistics(words: set[str]) -> LexiconView | None:
         assert lexicon is not None
@@ -135,7 +153,7 @@ async def turn_answer(
         except Exception:  # a statistics failure must not lose the answer: passages' rarity
             return None
 
-    answer = await answer_turn(
+    return await answer_turn(
         outcome=outcome,
         language=language,
         model=model,
@@ -143,7 +161,6 @@ async def turn_answer(
         model_timeout=django_settings.CHATRAG_LLM_TIMEOUT,
         lexicon=statistics if lexicon is not None else None,
     )
-    return answer.text, answer.kind != "model"
 
 
 async def evaluate_mode(
@@ -291,27 +308,50 @@ async def answer_row(
     reference: str | None,
     lexicon: Callable[[set[str]], LexiconView] | None = None,
 ) -> dict[str, Any]:
-    """Build the turn's answer and check it: facts found, words, reference token recall."""
+    """Build the turn's answer and check it: facts found (whole and within its first 40, 80
+    and 120 words), the ceiling (facts in the first one and three pages the answer could
+    read), whether it says the pages hold nothing, words, reference token recall."""
     started = time.perf_counter()
+    not_found, coverage = False, None
     if row["clarified"] and row["clarification"]:
         text, extractive = row["clarification"]["question"], False
     elif not row["searched"]:
         text, extractive = "", False  # small talk: a fixed polite reply, nothing to check
     else:
-        text, extractive = await turn_answer(
+        answer = await turn_answer_built(
             outcome=outcome, language=language, model=model, lexicon=lexicon
         )
+        text, extractive = answer.text, answer.kind != "model"
+        not_found, coverage = answer.not_found, answer.coverage
     build_ms = (time.perf_counter() - started) * 1000
+    shown = _rendered(text)
+    facts = task.expected_answer_contains
+    pages = page_texts(outcome) if row["passages"] else []
     return {
         "text": text,
+        "not_found": not_found,
+        "coverage": coverage,
+        "expect_no_answer": task.expect_no_answer,
         "extractive": extractive,
         "words": word_count(text),
-        "facts": fact_checks(_rendered(text), task.expected_answer_contains),
-        "token_recall": (
-            token_recall(reference, _rendered(text)) if reference is not None else None
-        ),
+        "facts": fact_checks(shown, facts),
+        "facts_at": {str(n): fact_checks(first_words(shown, n), facts) for n in FACT_WORDS},
+        "ceiling": {
+            str(k): fact_checks(_rendered(" \n".join(pages[:k])), facts) for k in CEILING_PAGES
+        },
+        "token_recall": (token_recall(reference, shown) if reference is not None else None),
         "build_ms": round(build_ms, 3),
     }
+
+
+def page_texts(outcome: RetrievalOutcome) -> list[str]:
+    """The text the answer step reads of each found document, in the order shown."""
+    pages: dict[str, list[str]] = {}
+    for passage in context_passages(outcome.passages, outcome.merged):
+        pages.setdefault(passage.document, []).append(
+            "\n".join(t for t in (passage.title, passage.heading, passage.text) if t)
+        )
+    return ["\n".join(texts) for texts in pages.values()]
 
 
 def _rendered(text: str) -> str:

@@ -2,7 +2,7 @@
 
 `manage.py ask` and the staff playground page call `playground_run`; it calls the same
 entry point as a turn and the evaluation (`retrieval.pipeline.plan.plan_turn`)
-and builds the answer with the evaluation's `turn_answer` (the turn's own steps, without
+and builds the answer with the evaluation's `turn_answer_built` (the turn's own steps, without
 streaming). Nothing is stored.
 
 - Without a reader it searches as someone who may read every public document and nothing
@@ -19,11 +19,12 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
 
-from conversations.quality.evaluate import turn_answer
+from conversations.quality.evaluate import turn_answer_built
 from retrieval.models import Collection
 from retrieval.pipeline.llm import ChatModel
 from retrieval.pipeline.model_stages import HydeRecord, RerankRecord
 from retrieval.pipeline.plan import TurnBackends, TurnPlan, TurnRequest, plan_turn
+from retrieval.pipeline.respond import Answer
 from retrieval.pipeline.retrieve import RetrievalOutcome, RewriteMode
 from retrieval.pipeline.search import Legs, Scope
 from retrieval.pipeline.types import HistoryMessage, RewriteResult, SearchQuery
@@ -63,6 +64,8 @@ class PlaygroundRun:
     outcome: RetrievalOutcome
     answer: str
     answer_kind: str  # "extractive", "model", "small talk", "clarification"
+    # Why these lines (the extractive answer's): see `answer_why`; None for other kinds.
+    why: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The run as JSON: what `ask --json` prints and the staff page shows."""
@@ -107,7 +110,7 @@ class PlaygroundRun:
                 for number, m in enumerate(outcome.passages, start=1)
             ],
             "sources_shown": self.answer_kind not in {"small talk", "clarification"},
-            "answer": {"text": self.answer, "kind": self.answer_kind},
+            "answer": {"text": self.answer, "kind": self.answer_kind, "why": self.why},
             "hyde": _stage(outcome.hyde),
             "rerank": _stage(outcome.rerank),
             "reranked": _reranked(outcome),
@@ -259,29 +262,53 @@ def playground_run(
             outcome=outcome,
             answer=answer,
             answer_kind=kind,
+            why=why,
         )
-        for config, (outcome, answer, kind) in zip(configs, outcomes, strict=True)
+        for config, (outcome, answer, kind, why) in zip(configs, outcomes, strict=True)
     ]
 
 
 async def _run_all(
     requests: dict[PlaygroundConfig, TurnRequest], backends: TurnBackends
-) -> list[tuple[RetrievalOutcome, str, str]]:
+) -> list[tuple[RetrievalOutcome, str, str, dict[str, Any] | None]]:
     out = []
     for request in requests.values():
         plan = await plan_turn(request, backends)
-        answer, kind = await _reply(plan, backends.model)
-        out.append((plan.outcome, answer, kind))
+        answer, kind, why = await _reply(plan, backends.model)
+        out.append((plan.outcome, answer, kind, why))
     return out
 
 
-async def _reply(plan: TurnPlan, model: ChatModel | None) -> tuple[str, str]:
-    """What the turn would say: a small-talk reply, a question back, or the answer."""
+async def _reply(plan: TurnPlan, model: ChatModel | None) -> tuple[str, str, dict[str, Any] | None]:
+    """What the turn would say: a small-talk reply, a question back, or the answer (and,
+    for the extractive answer, why its lines)."""
     if plan.kind == "small_talk":
-        return plan.reply or "", "small talk"
+        return plan.reply or "", "small talk", None
     if plan.kind == "ask_back":
         options = " | ".join(plan.options)
         text = (plan.reply or "") + (f"\n(options: {options})" if options else "")
-        return text, "clarification"
-    text, extractive = await turn_answer(outcome=plan.outcome, language=plan.language, model=model)
-    return text, "extractive" if extractive else "model"
+        return text, "clarification", None
+    answer = await turn_answer_built(outcome=plan.outcome, language=plan.language, model=model)
+    if answer.kind == "model":
+        return answer.text, "model", None
+    return answer.text, "extractive", answer_why(answer)
+
+
+def answer_why(answer: Answer) -> dict[str, Any]:
+    """The extractive answer's lines with their scores, as JSON (ask --explain, staff)."""
+    return {
+        "not_found": answer.not_found,
+        "coverage": answer.coverage,
+        "lines": [
+            {
+                "n": line.number,
+                "score": line.score,
+                "document": line.document,
+                "section": line.heading,
+                "page_rank": line.page_rank,
+                "says": list(line.says),
+                "text": line.text,
+            }
+            for line in answer.lines
+        ],
+    }

@@ -44,9 +44,26 @@ def fact_checks(answer: str, facts: Iterable[str]) -> dict[str, bool]:
     return {fact: contains(answer, fact) for fact in facts}
 
 
+# Answer lengths at which fact recall is also measured (an answer's first N words), and the
+# pages whose text bounds what any answer could say (the ceiling).
+FACT_WORDS = (40, 80, 120)
+CEILING_PAGES = (1, 3)
+_WORD = re.compile(r"[^\W\d_][\w'’-]*|\d+(?:[.,/]\d+)*")
+_CITATION = re.compile(r"\[\d+\]")
+
+
 def word_count(text: str) -> int:
     """Words of an answer, citations and list markers left out."""
-    return len(re.findall(r"[^\W\d_][\w'’-]*|\d+(?:[.,/]\d+)*", re.sub(r"\[\d+\]", " ", text)))
+    return len(_WORD.findall(_CITATION.sub(" ", text)))
+
+
+def first_words(text: str, n: int) -> str:
+    """The answer's beginning up to its `n`-th word (counted as `word_count` counts)."""
+    plain = _CITATION.sub(lambda m: " " * len(m.group()), text)  # same offsets as `text`
+    for count, match in enumerate(_WORD.finditer(plain), start=1):
+        if count == n:
+            return text[: match.end()]
+    return text
 
 
 def token_recall(reference: str, answer: str, language: str | None = "en") -> float | None:
@@ -118,13 +135,14 @@ def term_scores(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def answer_scores(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Answer-fact recall (fact and task level), answer length, reference token recall."""
+    """Answer-fact recall (whole, at 40/80/120 words, and the pages' ceiling), answer
+    length, reference token recall, and "not found" against `expect_no_answer`."""
     answered = [r["answer"] for r in rows if r.get("answer") is not None]
     judged = [a for a in answered if a["facts"]]
     facts = [hit for a in judged for hit in a["facts"].values()]
     recalls = [a["token_recall"] for a in answered if a.get("token_recall") is not None]
     words = [a["words"] for a in answered if a["text"]]
-    return {
+    out: dict[str, Any] = {
         "n": len(judged),
         "facts": len(facts),
         "fact_recall": _mean(float(f) for f in facts),
@@ -134,6 +152,30 @@ def answer_scores(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "token_recall_n": len(recalls),
         "build_ms_p50": statistics.median(a["build_ms"] for a in answered) if answered else 0,
     }
+    for key, sizes in (("facts_at", FACT_WORDS), ("ceiling", CEILING_PAGES)):
+        for size in sizes:
+            hits = [h for a in judged for h in a.get(key, {}).get(str(size), {}).values()]
+            out[f"{key}_{size}"] = _mean(float(h) for h in hits) if hits else None
+    out["not_found"] = not_found_scores(answered)
+    return out
+
+
+def not_found_scores(answers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """How often the answer said the pages hold nothing; precision and recall of that where
+    tasks expect it, and the judged facts lost to answers refused on answerable tasks."""
+    said = [bool(a.get("not_found")) for a in answers]
+    expected = [bool(a.get("expect_no_answer")) for a in answers]
+    out: dict[str, Any] = {"said": sum(said), "expected": sum(expected)}
+    if any(expected):
+        precision, recall = precision_recall(said, expected)
+        out["precision"], out["recall"] = precision, recall
+    judged_facts = [a["facts"] for a in answers if a["facts"]]
+    refused = [a["facts"] for a in answers if a["facts"] and a.get("not_found")]
+    total = sum(len(f) for f in judged_facts)
+    out["refused_answerable"] = len(refused)
+    # A refusal states none of its task's facts: at most this share of fact recall is lost.
+    out["fact_recall_at_risk"] = sum(len(f) for f in refused) / total if total else 0.0
+    return out
 
 
 def grouped(
@@ -146,3 +188,40 @@ def grouped(
     for row in rows:
         groups[str(row[key])].append(row)
     return {name: score(items) for name, items in sorted(groups.items())}
+
+
+def not_found_table(
+    answerable: Sequence[Mapping[str, Any]],
+    unanswerable: Sequence[Mapping[str, Any]],
+    thresholds: Sequence[float],
+) -> list[dict[str, Any]]:
+    """For each threshold on an answer's `coverage`: the unanswerable turns it would refuse,
+    the answerable ones, the share of judged facts those hold, and the precision."""
+    facts = sum(len(a["facts"]) for a in answerable)
+    out = []
+    for threshold in thresholds:
+        caught = sum(a["coverage"] < threshold for a in unanswerable)
+        refused = [a for a in answerable if a["coverage"] < threshold]
+        said = caught + len(refused)
+        out.append(
+            {
+                "threshold": threshold,
+                "recall": caught / len(unanswerable) if unanswerable else 0.0,
+                "refused_answerable": len(refused),
+                "facts_at_risk": sum(len(a["facts"]) for a in refused) / facts if facts else 0.0,
+                "precision": caught / said if said else None,
+            }
+        )
+    return out
+
+
+def not_found_threshold(table: Sequence[Mapping[str, Any]], *, facts_budget: float = 0.0) -> float:
+    """The largest threshold whose refused answerable turns hold at most `facts_budget` of
+    the judged facts and refuse none without facts beyond it (0: refuse no answerable turn)."""
+    fitting = [
+        row["threshold"]
+        for row in table
+        if row["facts_at_risk"] <= facts_budget
+        and (facts_budget > 0 or row["refused_answerable"] == 0)
+    ]
+    return max(fitting, default=0.0)

@@ -9,20 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from typing import Literal
 
 from .answer import (
+    ChosenLine,
+    ExtractiveAnswer,
+    Passage,
     build_answer_messages,
     clean_citations,
     context_passages,
-    extractive_answer,
+    extractive_choice,
     label,
     passages_from_hits,
     query_rankings,
 )
+from .answer.check import model_answer_problem
 from .llm import ChatModel, LLMError
 from .masking import split_unfinished_placeholder
 from .retrieve import RetrievalOutcome
@@ -48,6 +52,11 @@ class Answer:
     kind: AnswerKind
     stopped: bool = False  # the user stopped it: `text` is what they saw
     error: str = ""  # why the model's answer was not used, or was cut short
+    # The extractive answer's lines with their scores ("why this line"), the share of the
+    # question they cover, and whether it said the pages found don't hold the answer.
+    lines: tuple[ChosenLine, ...] = ()
+    coverage: float | None = None
+    not_found: bool = False
 
 
 async def answer_turn(
@@ -72,10 +81,25 @@ async def answer_turn(
         if on_piece is not None:
             await on_piece(piece)
 
-    def done(text: str, kind: AnswerKind, *, stopped: bool = False, error: str = "") -> Answer:
+    def done(
+        text: str,
+        kind: AnswerKind,
+        *,
+        stopped: bool = False,
+        error: str = "",
+        built: ExtractiveAnswer | None = None,
+    ) -> Answer:
         # `text` is unmasked already (each piece as it was shown, the extractive answer whole).
         final, _cited = clean_citations(text, len(passages))
-        return Answer(final, kind, stopped=stopped, error=error)
+        return Answer(
+            final,
+            kind,
+            stopped=stopped,
+            error=error,
+            lines=built.lines if built else (),
+            coverage=built.coverage if built else None,
+            not_found=built.not_found if built else kind == "nothing",
+        )
 
     if not passages:
         text = label("nothing", language)
@@ -104,8 +128,14 @@ async def answer_turn(
             if pending:
                 await send(outcome.masker.unmask(pending))
             if shown.strip():
-                return done(shown, "model")
-            error = "the model returned an empty answer"
+                problem = model_answer_problem(
+                    shown, passage_count=len(passages), language=language
+                )
+                if problem is None:
+                    return done(shown, "model")
+                error = f"the model's answer was replaced: {problem}"
+            else:
+                error = "the model returned an empty answer"
         except LLMError as exc:
             error = f"model failed: {exc}"
             if shown.strip():
@@ -113,7 +143,8 @@ async def answer_turn(
                 await send(note)
                 return done(shown, "model", error=error)
         # No usable model output: fall back to the extractive answer, saying why.
-        prefix = label("model_failed", language) + "\n\n"
+        rejected = error.startswith("the model's answer was replaced")
+        prefix = label("model_rejected" if rejected else "model_failed", language) + "\n\n"
 
     # The "no model" label is the page's badge (`extractive`), not the answer's first line.
     # Lines may come from other found sections of the shown documents, citing their card.
@@ -121,7 +152,7 @@ async def answer_turn(
     view = None
     if lexicon is not None:
         view = await lexicon({t.norm for p in context for t in token_spans(p.text)})
-    text = prefix + extractive_answer(
+    built = extractive_choice(
         question=outcome.masked_question,
         # A hypothetical answer (HyDE) is the model's guess: its words never choose a line.
         queries=[q.text for q in outcome.queries if q.type != "hyde"],
@@ -134,15 +165,29 @@ async def answer_turn(
         history=outcome.masked_window,
         lead=outcome.pinned,
     )
-    text = outcome.masker.unmask(text)
+    body = not_found_text(passages, language) if built.not_found else built.text
+    text = outcome.masker.unmask(prefix + body)
     if on_piece is None:
-        return done(text, "extractive", error=error)
+        return done(text, "extractive", error=error, built=built)
     for start in range(0, len(text), EXTRACTIVE_PIECE):
         if stop.is_set():
-            return done(text[:start], "extractive", stopped=True, error=error)
+            return done(text[:start], "extractive", stopped=True, error=error, built=built)
         await send(text[start : start + EXTRACTIVE_PIECE])
         await asyncio.sleep(0)
-    return done(text, "extractive", error=error)
+    return done(text, "extractive", error=error, built=built)
+
+
+CLOSEST_PAGES = 3  # the pages a "not found" answer offers
+
+
+def not_found_text(passages: Sequence[Passage], language: str) -> str:
+    """Say plainly that the pages found don't hold the answer; offer the closest ones."""
+    seen: dict[str, Passage] = {}
+    for passage in passages:
+        seen.setdefault(passage.document or passage.title, passage)
+    closest = list(seen.values())[:CLOSEST_PAGES]
+    items = "\n".join(f"- {p.title or p.heading} [{p.number}]" for p in closest)
+    return f"{label('not_found', language)}\n\n{items}"
 
 
 async def _until_stopped(pieces: AsyncIterator[str], stop: asyncio.Event) -> AsyncIterator[str]:

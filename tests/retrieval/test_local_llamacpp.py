@@ -452,3 +452,39 @@ def test_the_dev_server_serves_the_model_to_its_children(monkeypatch: Any) -> No
         assert httpx.get(f"{url}/models", timeout=SLOW).json()["data"][0]["id"] == MODEL_NAME
     with pytest.raises(httpx.ConnectError):  # stopped with the dev server
         httpx.get(f"{url}/models", timeout=SLOW)
+
+
+# --- the model's answer, checked ---------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_the_local_models_answer_is_shown_only_when_it_stands(
+    local_model: LocalModel,
+) -> None:
+    # The small model's wording is not ours to test: whatever it writes, the turn shows it
+    # only when it cites a passage, does not loop and is in the turn's language; otherwise
+    # the extractive answer, with the note and the reason.
+    from retrieval.pipeline.answer import label
+    from retrieval.pipeline.answer.check import model_answer_problem
+    from retrieval.pipeline.respond import answer_turn
+    from tests.retrieval.pipeline.test_respond import _outcome
+
+    outcome = _outcome()
+    async with OpenAIChat(local_model.url, MODEL_NAME) as model:
+        answer = await answer_turn(
+            outcome=outcome,
+            language="pt",
+            model=model,
+            today=date(2026, 3, 14),
+            model_timeout=SLOW,
+        )
+    if answer.kind == "model":
+        assert model_answer_problem(answer.text, passage_count=1, language="pt") is None
+    else:
+        assert answer.kind == "extractive"
+        assert answer.error.startswith("the model's answer was replaced") or (
+            answer.error == "the model returned an empty answer"
+        )
+        if answer.error.startswith("the model's answer was replaced"):
+            assert answer.text.startswith(label("model_rejected", "pt") + "\n\n")
+        assert "30 dias de férias" in answer.text

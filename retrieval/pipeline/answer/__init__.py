@@ -6,7 +6,7 @@ source cards, and a citation pointing at no passage is dropped.
 
 from __future__ import annotations
 
-from .extractive import extractive_answer
+from .extractive import ChosenLine, ExtractiveAnswer, extractive_answer, extractive_choice
 from .grounded import (
     LABELS,
     PROMPT_DIR,
@@ -21,6 +21,9 @@ from .grounded import (
 )
 
 __all__ = [
+    "ChosenLine",
+    "ExtractiveAnswer",
+    "extractive_choice",
     "LABELS",
     "PROMPT_DIR",
     "Passage",

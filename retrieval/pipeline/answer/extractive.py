@@ -172,6 +172,8 @@ REPEATED_SHARE = 0.6  # a line whose content words an earlier reply said this mu
 REPEATED_WORDS = 4  # ... (a line of at least this many content words) ...
 REPEATED_LINE = 0.5  # ... scores this much: the person has read it
 OTHER_CASE = 0.3  # a line about another country, parent or scope than the question
+# Below this share of the question's words (see `ExtractiveAnswer`) the pages don't say it.
+NOT_FOUND_COVERAGE = 0.10  # calibrated: see docs/answers.md
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,33 @@ class _Line:
     def norm(self) -> str:
         """The line's text normalised (`normalize`), once: scoring reads it many times."""
         return normalize(self.text)
+
+
+@dataclass(frozen=True)
+class ChosenLine:
+    """A line the answer quotes, and why: its score and what it was found for."""
+
+    text: str
+    number: int  # the source card it cites
+    document: str
+    heading: str
+    score: float
+    page_rank: int  # its document's place among the found ones, 0 first
+    says: tuple[str, ...]  # the searched words (stems) the line or its heading says
+
+
+@dataclass(frozen=True)
+class ExtractiveAnswer:
+    """The extractive answer's text, its lines with their scores, and how well it covers
+    the question: the share of the searched words (weighted as the lines are scored:
+    the question's own words most, and by rarity) that the chosen lines or their headings
+    say. `not_found` when that share is below
+    NOT_FOUND_COVERAGE: the pages found do not say what is asked."""
+
+    text: str
+    lines: tuple[ChosenLine, ...] = ()
+    coverage: float = 0.0
+    not_found: bool = False
 
 
 _Key = tuple[int, int]  # a line's place: its passage's identity and its order there
@@ -517,6 +546,34 @@ def extractive_answer(
     history: Sequence[HistoryMessage] = (),
     lead: str | None = None,
 ) -> str:
+    """The extractive answer's text (`extractive_choice` has its lines and scores)."""
+    return extractive_choice(
+        question=question,
+        queries=queries,
+        passages=passages,
+        language=language,
+        rewrite=rewrite,
+        df=df,
+        n_chunks=n_chunks,
+        rankings=rankings,
+        history=history,
+        lead=lead,
+    ).text
+
+
+def extractive_choice(
+    *,
+    question: str,
+    queries: Sequence[str],
+    passages: Sequence[Passage],
+    language: str,
+    rewrite: RewriteResult | None = None,
+    df: Mapping[str, int] | None = None,
+    n_chunks: int = 0,
+    rankings: Mapping[str, Sequence[str]] | None = None,
+    history: Sequence[HistoryMessage] = (),
+    lead: str | None = None,
+) -> ExtractiveAnswer:
     """Answer with the passages' own lines that answer the question (see the module doc).
 
     `df`/`n_chunks` are the collection's document frequencies (a `LexiconView`'s); without
@@ -528,7 +585,7 @@ def extractive_answer(
     answers.
     """
     if not passages:
-        return label("nothing", language)
+        return ExtractiveAnswer(label("nothing", language), not_found=True)
     language = language if language in _OPENERS else (detect_language(question) or "pt")
     order: dict[str, int] = {}
     for p in passages:
@@ -538,7 +595,9 @@ def extractive_answer(
     )
     if not lines:
         first = passages[0]
-        return f"{_FOUND[language]}\n\n{_plain(first.text)[:400]} [{first.number}]"
+        return ExtractiveAnswer(
+            f"{_FOUND[language]}\n\n{_plain(first.text)[:400]} [{first.number}]"
+        )
     idf = _idf(lines, df, n_chunks, language)
     context = {id(p): _stems(p.heading, language) | _stems(p.title, language) for p in passages}
     parts = _sub_questions(question, rewrite)
@@ -548,12 +607,16 @@ def extractive_answer(
         chosen = _answer_parts(
             parts, lines, passages, order, rankings or {}, idf, context, language
         )
-        return _render(
+        text = _render(
             shown,
             language,
             None,
             chosen,
             subject=_joined_subjects(shown, language, len(parts)),
+        )
+        terms = _question_terms(question, queries, rewrite, language)
+        return _explained(
+            text, chosen, terms, idf, context, judged=_same_language(passages, language)
         )
     kind = answer_kind(question)
     terms = _question_terms(question, queries, rewrite, language)
@@ -579,7 +642,64 @@ def extractive_answer(
         else SPECIFIC_BONUS,
         cases=_cases(" ".join([question, *queries])),
     )
-    return _render(shown, language, kind, chosen)
+    return _explained(
+        _render(shown, language, kind, chosen),
+        chosen,
+        terms,
+        idf,
+        context,
+        judged=_same_language(passages, language),
+    )
+
+
+def _same_language(passages: Sequence[Passage], language: str) -> bool:
+    """Whether the question's words can be looked for on these pages: a page in its
+    language (or of no known language) is among them. An English question over
+    Portuguese pages shares few words with the line that answers it, so its coverage
+    says nothing about whether the pages hold the answer."""
+    return any(p.language in ("", language) for p in passages)
+
+
+def _explained(
+    text: str,
+    chosen: Sequence[tuple[float, _Line]],
+    terms: Mapping[str, float],
+    idf: Mapping[str, float],
+    context: Mapping[int, frozenset[str]],
+    *,
+    judged: bool = True,
+) -> ExtractiveAnswer:
+    """The answer with its lines, and the share of the question it covers (see
+    `ExtractiveAnswer`): every searched word, by its weight (the person's own words count
+    most) and its rarity. Unless `judged`, the coverage is kept but never says "not
+    found" (`_same_language`)."""
+    own = dict(terms)
+    default = idf["__default__"]
+    weight = {t: w * max(0.0, idf.get(t, default)) for t, w in own.items()}
+    said: set[str] = set()
+    lines = []
+    for score, line in chosen:
+        says = {t for t in own if t in line.stems or t in context[id(line.passage)]}
+        said |= says
+        lines.append(
+            ChosenLine(
+                text=line.text,
+                number=line.passage.number,
+                document=_document(line.passage),
+                heading=line.passage.heading,
+                score=round(score, 4),
+                page_rank=line.rank,
+                says=tuple(sorted(says)),
+            )
+        )
+    total = sum(weight.values())
+    coverage = sum(weight[t] for t in said) / total if total else 0.0
+    return ExtractiveAnswer(
+        text,
+        tuple(lines),
+        coverage=round(coverage, 4),
+        not_found=judged and coverage < NOT_FOUND_COVERAGE,
+    )
 
 
 def _spelled(question: str, rewrite: RewriteResult | None, lines: Sequence[_Line]) -> str:
@@ -882,7 +1002,13 @@ def _choose(
     ]
     scored = [(s, line) for s, line in every if s > 0]
     if not scored:
-        top = [line for line in lines if line.rank == 0][:2]
+        # No line says any of the question's words (a message of names only, masked): the
+        # best-ranked document that has lines speaks; the top passage may have none (a
+        # heading alone), and a part of a split message may have no lines at all.
+        if not lines:
+            return []
+        first = min(line.rank for line in lines)
+        top = [line for line in lines if line.rank == first][:2]
         scored = [(1.0 - 0.01 * i, line) for i, line in enumerate(top)]
     best_score = max(s for s, _ in scored)
     by_document: dict[str, list[tuple[float, _Line]]] = {}

@@ -36,6 +36,9 @@ class Passage:
 
 LABELS: dict[str, dict[str, str]] = {
     "pt": {
+        "model_rejected": "A resposta do modelo não citava os documentos, se repetia ou "
+        "estava em outro idioma; mostrando uma resposta extrativa.",
+        "not_found": "Os documentos que encontrei não dizem isso. Os mais próximos:",
         "model_cut": "A resposta do modelo foi interrompida; o texto acima pode estar incompleto.",
         "model_failed": "O modelo de linguagem não respondeu; mostrando uma resposta extrativa.",
         "failure": "Não foi possível responder agora. Sua mensagem foi guardada; tente de novo.",
@@ -45,6 +48,9 @@ LABELS: dict[str, dict[str, str]] = {
         "consultar. Tente reformular a pergunta ou fale com o RH.",
     },
     "es": {
+        "model_rejected": "La respuesta del modelo no citaba los documentos, se repetía o "
+        "estaba en otro idioma; se muestra una respuesta extractiva.",
+        "not_found": "Los documentos que encontré no dicen eso. Los más cercanos:",
         "model_cut": "La respuesta del modelo se interrumpió; el texto de arriba puede estar "
         "incompleto.",
         "model_failed": "El modelo de lenguaje no respondió; se muestra una respuesta extractiva.",
@@ -55,6 +61,9 @@ LABELS: dict[str, dict[str, str]] = {
         "consultar. Intenta reformular la pregunta o habla con RR. HH.",
     },
     "en": {
+        "model_rejected": "The model's answer cited no document, repeated itself or was in "
+        "another language; showing an extractive answer.",
+        "not_found": "The pages I found don't say that. The closest ones:",
         "model_cut": "The model's answer was cut off; the text above may be incomplete.",
         "model_failed": "The language model did not answer; showing an extractive answer.",
         "failure": "Could not answer right now. Your message is saved; please try again shortly.",

@@ -177,7 +177,8 @@ def test_sources_and_answer_are_the_turns_own(small_kb: Any, personas: dict[str,
     (cards,) = [f["sources"] for f in frames if f["type"] == "sources"]
     (done,) = [f for f in frames if f["type"] == "done"]
     assert [c["chunk_id"] for c in cards] == [s["chunk"] for s in sources]
-    assert data["answer"] == {"text": done["text"], "kind": "extractive"}
+    assert (data["answer"]["text"], data["answer"]["kind"]) == (done["text"], "extractive")
+    assert data["answer"]["why"]["lines"]  # the extractive answer says why its lines
     assert TurnTrace.objects.get(message=message).rewrite["policy"] == data["rewrite"]["policy"]
 
 
@@ -297,6 +298,31 @@ def test_llm_rewrite_gets_todays_date_and_records_its_policy(
     assert data["rewrite"]["backend"] == "llm"
     assert data["rewrite"]["policy"] == llm_policy("test-model")
     assert data["queries"][0]["reason"].startswith("model: ")
-    assert data["answer"] == {"text": "Só se o contrato prever [1].", "kind": "model"}
+    assert data["answer"] == {"text": "Só se o contrato prever [1].", "kind": "model", "why": None}
     assert data["rerank"] is None  # off unless asked (the stages' own tests ask)
     httpserver.check_assertions()
+
+
+def test_explain_prints_why_each_line_of_the_answer_was_chosen(
+    small_kb: Any, tmp_path: Path
+) -> None:
+    history = _history_file(tmp_path, HISTORY)
+    out = _ask("e para quem é PJ?", "--history-file", history, "--explain")
+    answer = out.split("=== Answer (extractive) ===", 1)[1]
+    why = answer.split("=== Why these lines (covers ", 1)[1]
+    coverage = float(why.split(" ", 1)[0])
+    assert 0 < coverage <= 1 and "; answered) ===" in why
+    assert "score  page  source  says · line" in why
+    data = _ask_json("e para quem é PJ?", "--history-file", history)
+    lines = data["answer"]["why"]["lines"]
+    assert lines and all(line["score"] > 0 for line in lines)
+    # Each line printed is one the answer quotes, with its source card.
+    for line in lines:
+        assert line["text"][:40] in answer and f"[{line['n']}]" in why
+    # "PJ" is found through the glossary: prestador de serviço pessoa jurídica.
+    assert "jurid" in {s for line in lines for s in line["says"]}
+
+
+def test_without_explain_the_why_is_not_printed(small_kb: Any, tmp_path: Path) -> None:
+    history = _history_file(tmp_path, HISTORY)
+    assert "=== Why these lines" not in _ask("e para quem é PJ?", "--history-file", history)

@@ -218,7 +218,7 @@ def test_a_rerank_past_its_deadline_keeps_the_fused_order_and_says_so(
         "model timed out after 0.3s",
     )
     assert _sources(data) == _sources(fused)
-    assert data["answer"] == {"text": ANSWER, "kind": "model"}  # the turn went on
+    assert data["answer"] == {"text": ANSWER, "kind": "model", "why": None}  # the turn went on
     note = "rerank: fused order kept (model timed out after 0.3s)"
     assert any(n.startswith(note) for n in data["rewrite"]["notes"])
     assert "rerank failed: model timed out after 0.3s" in data["errors"]

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from retrieval.pipeline.answer import Passage, clean_citations, extractive_answer
+from retrieval.pipeline.answer import Passage, clean_citations, extractive_answer, extractive_choice
 from retrieval.pipeline.answer.extractive import opening_line
 from retrieval.pipeline.asks import answer_kind
 from retrieval.pipeline.rewrite_rules.cues import after_switch_announcement
@@ -1263,3 +1263,40 @@ def test_the_opening_line_repeats_the_question_without_its_typos() -> None:
     opening = text.split("\n", 1)[0]
     assert "estagiário terceirizados tem recesso" in opening, opening
     assert "30 dias" in text, text
+
+
+@pytest.mark.parametrize("first_text", ["## Férias", "Férias:", ""])
+def test_a_message_of_names_only_answers_from_the_first_document_with_lines(
+    first_text: str,
+) -> None:
+    # Issue #38, finding 6: a message of capitalised names alone ("Ana Maria " x 127) says
+    # none of the pages' words; when the top passage has no line of its own (a heading
+    # alone), choosing its lines found none and `_choose` failed on an empty `max()`.
+    heading_only = Passage(1, "Férias", "Férias", first_text, document="ferias")
+    answer = _answer("Ana Maria " * 127, heading_only, RESIGNATION)
+    assert "O aviso prévio é de 30 dias. [2]" in answer
+
+
+def test_the_answer_returns_its_lines_with_scores_and_the_words_they_say() -> None:
+    built = extractive_choice(
+        question="qual o prazo do aviso prévio?",
+        queries=[],
+        passages=[HOTEL, RESIGNATION],
+        language="pt",
+    )
+    assert built.text == _answer("qual o prazo do aviso prévio?", HOTEL, RESIGNATION)
+    first = built.lines[0]
+    assert first.text == "O aviso prévio é de 30 dias." and first.number == 2
+    assert first.document == "demissao" and first.heading == "Aviso prévio"
+    assert first.score > 0 and first.page_rank == 1
+    assert {"aviso", "previ"} & set(first.says)
+    assert 0 < built.coverage <= 1 and not built.not_found
+
+
+def test_an_answer_whose_lines_say_none_of_the_searched_words_covers_nothing() -> None:
+    heading_only = Passage(1, "Férias", "Férias", "## Férias", document="ferias")
+    built = extractive_choice(
+        question="Ana Maria " * 127, queries=[], passages=[heading_only, RESIGNATION], language="pt"
+    )
+    assert built.lines and all(not line.says for line in built.lines)
+    assert built.coverage == 0.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from datetime import date
 from typing import Any
 
@@ -165,3 +166,127 @@ async def test_a_stop_keeps_what_was_shown() -> None:
     )
     assert answer == Answer("São 30 dias", "model", stopped=True)
     assert shown == ["São 30 dias"]
+
+
+def _unrelated(question: str, language: str) -> RetrievalOutcome:
+    """Pages found for a question they don't answer: none of its words is on them."""
+    hits = [
+        Hit(
+            chunk_id=n,
+            document_id=1 if title == "Férias" else n,  # two sections of one page
+            external_id=f"doc-{n}",
+            title=title,
+            heading="",
+            text=text,
+            position=0,
+            area="",
+            vector_rank=n,
+            text_rank=None,
+            score=0.01,
+        )
+        for n, (title, text) in enumerate(
+            [
+                ("Férias", "Todo empregado tem direito a 30 dias de férias por ano de trabalho."),
+                ("Vale-refeição", "O vale-refeição é creditado no quinto dia útil do mês."),
+                ("Férias", "As férias podem ser divididas em até três períodos."),
+                ("Plano de saúde", "O plano cobre o cônjuge e os filhos até 24 anos."),
+            ],
+            start=1,
+        )
+    ]
+    merged = [MergedHit(h, 0.01) for h in hits]
+    query = SearchQuery(question, "normalize")
+    return RetrievalOutcome(
+        masked_question=question,
+        masked_window=[],
+        rewrite=RewriteResult(queries=[query], backend="rules"),
+        queries=[query],
+        merged=merged,
+        passages=merged,
+        timings_ms={},
+        errors=[],
+        masker=Masker(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("question", "language", "says"),
+    [
+        (
+            "how do I claim a parking ticket from a client visit?",
+            "en",
+            "The pages I found don't say that. The closest ones:",
+        ),
+        (
+            "¿cómo registro una multa de estacionamiento?",
+            "es",
+            "Los documentos que encontré no dicen eso. Los más cercanos:",
+        ),
+    ],
+)
+async def test_pages_that_say_none_of_the_question_get_a_plain_not_found(
+    question: str, language: str, says: str
+) -> None:
+    answer = await answer_turn(
+        outcome=_unrelated(question, language),
+        language=language,
+        model=None,
+        today=date(2026, 12, 1),
+        model_timeout=5,
+    )
+    assert answer.kind == "extractive" and answer.not_found
+    assert answer.coverage is not None and answer.coverage < 0.10
+    # Said in the turn's language, then the closest pages once each, as numbered sources.
+    assert answer.text == f"{says}\n\n- Férias [1]\n- Vale-refeição [2]\n- Plano de saúde [4]"
+
+
+async def test_a_found_answer_is_not_marked_not_found() -> None:
+    answer = await answer_turn(
+        outcome=_outcome(), language="pt", model=None, today=date(2026, 12, 1), model_timeout=5
+    )
+    assert not answer.not_found and answer.lines and answer.coverage
+    assert "30 dias de férias" in answer.text
+
+
+async def test_a_question_in_another_language_than_every_page_is_never_refused() -> None:
+    # Its words are not the pages' words: the coverage cannot tell whether they answer.
+    outcome = _unrelated("how do I claim a parking ticket from a client visit?", "en")
+    pages = [MergedHit(replace(m.hit, language="pt"), m.score) for m in outcome.passages]
+    outcome = replace(outcome, passages=pages, merged=pages)
+    answer = await answer_turn(
+        outcome=outcome, language="en", model=None, today=date(2026, 12, 1), model_timeout=5
+    )
+    assert answer.coverage is not None and answer.coverage < 0.10
+    assert not answer.not_found and answer.lines
+
+
+REJECTED_NOTE = (
+    "A resposta do modelo não citava os documentos, se repetia ou estava em outro idioma; "
+    "mostrando uma resposta extrativa."
+)
+
+
+@pytest.mark.parametrize(
+    ("script", "why"),
+    [
+        (["Para ajudá-lo e ajudá-lo ", "não também também ajudá-lo."], "cites no passage"),
+        (
+            ["Todo empregado tem direito ", "a trinta dias [1] dias [1] dias [1] dias [1]."],
+            "repeats",
+        ),
+        (
+            ["Every employee is entitled to thirty days ", "of paid vacation each year [1]."],
+            "in en",
+        ),
+    ],
+)
+async def test_a_model_answer_that_cannot_stand_is_replaced_with_a_visible_note(
+    script: list[str], why: str
+) -> None:
+    streamed, pieces, whole = await _both(_outcome(), [script])
+    assert streamed == whole and streamed.kind == "extractive"
+    assert streamed.text.startswith(REJECTED_NOTE + "\n\n")
+    assert "30 dias de férias" in streamed.text
+    assert why in streamed.error and streamed.error.startswith("the model's answer was replaced")
+    # The page showed the model's words while they came; the final text replaces them.
+    assert "".join(pieces).startswith("".join(script))

@@ -51,6 +51,12 @@ class Command(BaseCommand):
             help="also search a hypothetical answer, vector leg only (default: CHATRAG_HYDE)",
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
+        parser.add_argument(
+            "--explain",
+            action="store_true",
+            help="also print why the answer's lines: each one's score, page rank and the "
+            "question's words it says, and the share of the question they cover",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         question = str(options["question"])
@@ -81,7 +87,7 @@ class Command(BaseCommand):
         if options["json"]:
             self.stdout.write(json.dumps(run.to_dict(), ensure_ascii=False, indent=2))
         else:
-            self.stdout.write(render_text(run))
+            self.stdout.write(render_text(run, explain=bool(options["explain"])))
 
 
 def _turn_settings() -> RetrievalSettings:
@@ -95,7 +101,7 @@ def _rank(value: object) -> str:
     return "–" if value is None else str(value)
 
 
-def render_text(run: PlaygroundRun) -> str:
+def render_text(run: PlaygroundRun, *, explain: bool = False) -> str:
     """The run as the terminal shows it: [rewrite], each query's hits, sources, answer."""
     data = run.to_dict()
     rewrite = data["rewrite"]
@@ -181,9 +187,27 @@ def render_text(run: PlaygroundRun) -> str:
             )
             lines.append(f"    {source['snippet']}")
     lines += ["", f"=== Answer ({data['answer']['kind']}) ===", data["answer"]["text"], ""]
+    why = data["answer"]["why"]
+    if explain and why is not None:
+        lines += render_why(why)
     timings = " · ".join(f"{stage} {ms:g} ms" for stage, ms in data["timings_ms"].items())
     lines.append(f"timings: {timings}")
     return "\n".join(lines)
+
+
+def render_why(why: dict[str, Any]) -> list[str]:
+    """Why these lines: each chosen line's score, page and the question's words it says."""
+    verdict = "not found: the answer says so" if why["not_found"] else "answered"
+    out = [f"=== Why these lines (covers {why['coverage']:.2f} of the question; {verdict}) ==="]
+    out.append("  score  page  source  says · line")
+    for line in why["lines"]:
+        says = ", ".join(line["says"]) or "–"
+        out.append(
+            f"  {line['score']:>5.2f}  {line['page_rank'] + 1:>4}  [{line['n']}]     "
+            f"{says} · {line['text'][:100]}"
+        )
+    out.append("")
+    return out
 
 
 def _why_none(kind: str) -> str:

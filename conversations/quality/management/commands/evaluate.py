@@ -17,6 +17,7 @@ from conversations.quality.datasets import (
     tasks_load,
 )
 from conversations.quality.evaluate import STAGES, ModeReport, evaluate_mode
+from conversations.quality.scoring import CEILING_PAGES, FACT_WORDS
 from retrieval.embeddings import get_embedder
 from retrieval.pipeline.retrieve import REWRITE_MODES, RewriteMode
 from retrieval.pipeline.tuning import DEFAULT_TUNING, TuningError, tuning_load
@@ -227,7 +228,10 @@ def render_table(reports: dict[str, ModeReport], ks: list[int]) -> str:
             a_groups += [(f"lang {k}", v) for k, v in sorted(answers["by_language"].items())]
             lines.append(
                 f"{mode:<{w}} {'answers':<16} {'n':>4} {'facts':>6} {'fact-R':>7} "
-                f"{'task-R':>7} {'words':>6} {'tok-R':>6}"
+                f"{'task-R':>7} {'words':>6} {'tok-R':>6} "
+                + " ".join(f"{'R@' + str(n) + 'w':>6}" for n in FACT_WORDS)
+                + " "
+                + " ".join(f"{'ceil' + str(k):>6}" for k in CEILING_PAGES)
             )
             for name, a in a_groups:
                 if not a["n"] and a["token_recall"] is None:
@@ -235,8 +239,23 @@ def render_table(reports: dict[str, ModeReport], ks: list[int]) -> str:
                 lines.append(
                     f"{mode:<{w}} {name[:16]:<16} {a['n']:>4} {a['facts']:>6} "
                     f"{a['fact_recall']:>7.3f} {a['task_pass']:>7.3f} "
-                    f"{a['median_words']:>6.0f} {_pct(a['token_recall']):>6}"
+                    f"{a['median_words']:>6.0f} {_pct(a['token_recall']):>6} "
+                    + " ".join(f"{_pct(a[f'facts_at_{n}']):>6}" for n in FACT_WORDS)
+                    + " "
+                    + " ".join(f"{_pct(a[f'ceiling_{k}']):>6}" for k in CEILING_PAGES)
                 )
+            nf = answers["overall"]["not_found"]
+            line = f"{mode:<{w}} not found said {nf['said']}"
+            if nf["expected"]:
+                line += (
+                    f", expected {nf['expected']}: precision {nf['precision']:.2f} "
+                    f"recall {nf['recall']:.2f}"
+                )
+            line += (
+                f"; answerable refused {nf['refused_answerable']} "
+                f"(fact recall at risk {nf['fact_recall_at_risk']:.3f})"
+            )
+            lines.append(line)
         lat = summary["latency_ms"]
         lines.append(
             f"{mode:<{w}} latency "
