@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export OMP_WAIT_POLICY ?= PASSIVE
 export CHATRAG_DEBUG ?= 1
 
-.PHONY: run run-local local-model test lint format typecheck bench load evaluate evaluate-local db db-stop clean
+.PHONY: run run-local local-model test lint docs format typecheck bench load evaluate evaluate-local db db-stop clean
 
 # The development `.env` (git-ignored), written once: debug on and a generated secret, so that
 # the README's `.venv/bin/python manage.py ...` lines work as printed (settings read it; the
@@ -56,6 +56,10 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+
+# The documentation site (MkDocs + Material) in site/; warnings are errors, as in CI.
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff format .
