@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
@@ -60,6 +61,15 @@ def test_every_runnable_command_runs_as_printed(tmp_path: Path) -> None:
     }
     env.pop("REDIS_URL", None)
     try:
+        # Before the first migrate, `evaluate` says what to do (it died with a traceback).
+        early = subprocess.run(
+            [sys.executable, "manage.py", "evaluate", "--corpus", "demo/kb", "--tasks",
+             "demo/eval/tasks.jsonl", "--limit", "1"],
+            cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert early.returncode == 1, early.stdout + early.stderr
+        assert "run `manage.py migrate` first" in early.stderr
+        assert "Traceback" not in early.stderr
         manage(env, "migrate", "--noinput")
         for page, script in blocks:
             done = subprocess.run(
