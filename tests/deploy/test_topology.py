@@ -79,6 +79,8 @@ class Topology:
     model: FakeModelServer
     conninfo: str
     logs: Path
+    celery: dict[str, int] = field(default_factory=dict)  # name: pid
+    database: str = ""
     events: list[str] = field(default_factory=list)
 
     def log(self, line: str) -> None:
@@ -170,7 +172,10 @@ def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
             )  # fmt: skip
         celery.append(_celery(env, logs, "beat", "beat", "--schedule", str(tmp / "beat-db")))
         with web_servers(env, logs, count=2, name="web") as webs:
-            result = Topology(webs=webs, model=model, conninfo=url, logs=logs)
+            result = Topology(webs=webs, model=model, conninfo=url, logs=logs, database=name)
+            result.celery = {f"worker-{i}": process.pid for i, process in enumerate(celery[:2])} | {
+                "beat": celery[2].pid
+            }
             for web in webs:
                 result.log(f"{result.name(web)} answers /healthz")
             yield result
@@ -216,6 +221,29 @@ async def _ask(socket: Any, text: str, until: str = "done") -> dict[str, Any]:
         "sources": sources[0]["sources"] if sources else [],
         "last": frames[-1],
     }
+
+
+def _rss_mb(pid: int) -> float:
+    """A process's resident memory with its children's (a prefork worker's pool), in MB."""
+    total = 0.0
+    with open(f"/proc/{pid}/status") as status:
+        total += next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 1024
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    for child in children.read_text().split() if children.exists() else []:
+        total += _rss_mb(int(child))
+    return total
+
+
+def _figures(topology: Topology) -> None:
+    """Log (never assert) memory per process and the database's connections: docs/scale.md."""
+    for web in topology.webs:
+        topology.log(f"{topology.name(web)} resident memory {_rss_mb(web.process.pid):.0f} MB")
+    for name, pid in topology.celery.items():
+        topology.log(f"{name} (pid {pid}) resident memory with its pool {_rss_mb(pid):.0f} MB")
+    [(count,)] = topology.query(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [topology.database]
+    )
+    topology.log(f"connections to the database from all processes (and this test): {count}")
 
 
 def _status(topology: Topology, message_id: int) -> tuple[str, str]:
@@ -314,6 +342,7 @@ async def test_production_topology_serves_chat_admin_workers_and_static(
             turn = await _ask(socket, UPLOAD_QUESTION)
         assert UPLOAD_TITLE in json.dumps(turn["sources"], ensure_ascii=False), turn["sources"]
         topology.log(f"{topology.name(second)} answered from {UPLOAD_TITLE!r}")
+        _figures(topology)
 
         # A web process killed mid-turn: beat's sweep, run by a worker, marks the turn failed.
         topology.model.hold()
