@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from pathlib import Path
 from typing import Any
 
 from celery import Celery
+from celery.signals import worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatrag.settings")
 
@@ -45,3 +47,16 @@ def _broker_folders(sender: Celery, source: Any, **kwargs: Any) -> None:
     for name in _BROKER_FOLDERS:
         if options.get(name):
             Path(options[name]).mkdir(parents=True, exist_ok=True)
+
+
+@worker_process_init.connect
+def _pool_child_may_fork(**kwargs: Any) -> None:
+    """Let a prefork pool's child start processes of its own.
+
+    Ingestion reads each uploaded file in a forked child (`parse_files_isolated`, bounded in
+    time and memory); Celery marks its pool's children daemonic, and a daemonic process may
+    not start children, so every admin upload failed under `celery worker` with the default
+    pool ("daemonic processes are not allowed to have children"; tests/deploy). The parse
+    child is killed and joined by its parent, so it never outlives the task.
+    """
+    multiprocessing.current_process().daemon = False

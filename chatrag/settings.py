@@ -222,6 +222,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "chatrag.purge_layer_messages",
         "schedule": 60,
     },
+    # Turns a web process left unfinished (killed, crashed, redeployed) are marked failed.
+    "recover-interrupted-turns": {
+        "task": "conversations.recover_interrupted",
+        "schedule": env_float("CHATRAG_RECOVER_EVERY_SECONDS", 60.0, minimum=0.5),
+    },
 }
 
 # --- Auth, i18n, static ----------------------------------------------------------------------
@@ -269,7 +274,14 @@ STATIC_ROOT = VAR_DIR / "staticfiles"
 MEDIA_ROOT = VAR_DIR / "media"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    # Outside debug, hashed names (chat.3f2a….js) from collectstatic's manifest: WhiteNoise
+    # serves them with a cache lifetime of a year, and a deploy never meets a stale copy.
+    # In debug, plain names: pages render before any collectstatic.
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
 }
 
 # --- Security: cookies and HTTPS -----------------------------------------------------------
@@ -319,6 +331,10 @@ CHATRAG_LLM_MODEL = env_str("CHATRAG_LLM_MODEL")
 CHATRAG_LLM_API_KEY = env_str("CHATRAG_LLM_API_KEY")
 CHATRAG_LLM_TIMEOUT = env_float("CHATRAG_LLM_TIMEOUT", 20.0, minimum=0.1)
 CHATRAG_REWRITE_TIMEOUT = env_float("CHATRAG_REWRITE_TIMEOUT", 8.0, minimum=0.1)
+# An unfinished turn untouched for this long is one no process works on any more (beat's
+# recovery marks it failed). 0: longer than a live turn can go without writing (the model and
+# rewrite timeouts plus a minute).
+CHATRAG_INTERRUPTED_AFTER_SECONDS = env_float("CHATRAG_INTERRUPTED_AFTER_SECONDS", 0.0, minimum=0)
 
 CHATRAG_REWRITE_WINDOW = env_int("CHATRAG_REWRITE_WINDOW", 6, minimum=0)
 # auto: the model rewrites when one is configured, the rules otherwise. "rules" keeps the

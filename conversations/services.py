@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import DatabaseError, transaction
 from django.db.models import Q
@@ -222,3 +223,17 @@ def messages_fail_interrupted(*, before: datetime | None = None) -> int:
     return stuck.update(
         status=Message.Status.ERROR, error=INTERRUPTED_ERROR, updated_at=timezone.now()
     )
+
+
+def interrupted_idle_limit() -> timedelta:
+    """How long an unfinished turn stays untouched before no process can be working on it:
+    CHATRAG_INTERRUPTED_AFTER_SECONDS, or a model stall plus a rewrite and a margin."""
+    if settings.CHATRAG_INTERRUPTED_AFTER_SECONDS:
+        return timedelta(seconds=settings.CHATRAG_INTERRUPTED_AFTER_SECONDS)
+    return timedelta(seconds=settings.CHATRAG_LLM_TIMEOUT + settings.CHATRAG_REWRITE_TIMEOUT + 60)
+
+
+def messages_recover_interrupted() -> int:
+    """Fail the unfinished turns untouched for longer than `interrupted_idle_limit()` (safe
+    while other processes run turns: a live turn writes more often than that)."""
+    return messages_fail_interrupted(before=timezone.now() - interrupted_idle_limit())

@@ -7,7 +7,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from conversations.services import conversations_purge_expired
+from conversations.services import conversations_purge_expired, messages_recover_interrupted
 
 logger = logging.getLogger(__name__)
 
@@ -18,4 +18,13 @@ def purge_expired() -> int:
     count = conversations_purge_expired(days=settings.CHATRAG_RETENTION_DAYS)
     if count:
         logger.info("retention: deleted %d conversations", count)
+    return count
+
+
+@shared_task(name="conversations.recover_interrupted")
+def recover_interrupted() -> int:
+    """Mark turns that no web process works on any more as failed (run by Celery beat)."""
+    count = messages_recover_interrupted()
+    if count:
+        logger.info("recovery: marked %d interrupted message(s) failed", count)
     return count

@@ -82,3 +82,23 @@ def test_default_leaves_turns_another_server_may_still_be_writing(
     call_command("recover_interrupted", stdout=StringIO())
     assert _status(live) == ("streaming", "")
     assert _status(dead) == ("error", INTERRUPTED_ERROR)
+
+
+def test_beats_periodic_sweep_fails_only_turns_idle_past_the_setting(
+    personas: dict[str, Any], settings: Any
+) -> None:
+    """The Celery beat task (docker-compose's beat): the same sweep, on a schedule."""
+    from conversations.tasks import recover_interrupted
+
+    assert settings.CELERY_BEAT_SCHEDULE["recover-interrupted-turns"]["task"] == (
+        recover_interrupted.name
+    )
+    settings.CHATRAG_INTERRUPTED_AFTER_SECONDS = 30
+    _, live = _turn(personas["ana"], Message.Status.STREAMING, "Você tem")
+    _, dead = _turn(personas["ana"], Message.Status.STREAMING, "Você tem direito")
+    assert live is not None and dead is not None
+    _age(live, 10)
+    _age(dead, 31)
+    assert recover_interrupted() == 1
+    assert _status(live) == ("streaming", "")
+    assert _status(dead) == ("error", INTERRUPTED_ERROR)

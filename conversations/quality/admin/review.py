@@ -20,6 +20,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -529,7 +530,8 @@ class AttentionTurnAdmin(
     @admin.display(description=gettext_lazy("when"), ordering="created_at")
     def when(self, obj: AttentionTurn) -> str:
         url = reverse("admin:conversations_turntrace_change", args=[obj.pk])
-        return format_html('<a href="{}">{}</a>', url, f"{obj.created_at:%Y-%m-%d %H:%M}")
+        when = f"{timezone.localtime(obj.created_at):%Y-%m-%d %H:%M}"  # the site's time zone
+        return format_html('<a href="{}">{}</a>', url, when)
 
     @admin.display(description=gettext_lazy("conversation"))
     def conversation(self, obj: AttentionTurn) -> str:

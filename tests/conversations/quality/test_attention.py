@@ -156,3 +156,19 @@ def test_the_panel_flags_no_good_demo_turn(small_kb: Any, personas: dict[str, Us
         flags = turn_flags(read_trace(trace), slow_ms=10**9, thumbs_down=False, thumbs_up=False)
         assert flags == [], (trace.masked_question, flags)
     assert not attention_traces(TurnTrace.objects.filter(pk__in=[t.pk for t in good])).exists()
+
+
+def test_the_panel_shows_times_in_the_sites_time_zone(
+    client: Client, small_kb: Any, personas: dict[str, User], settings: Any
+) -> None:
+    """The panel printed UTC while traces and the timeline showed local time."""
+    from datetime import UTC, datetime
+
+    settings.TIME_ZONE = "America/Sao_Paulo"  # UTC-3, no daylight saving since 2019
+    trace = _ask(personas["ana"], QUESTION)
+    TurnTrace.objects.filter(pk=trace.pk).update(
+        created_at=datetime(2026, 5, 4, 12, 30, tzinfo=UTC)
+    )
+    client.force_login(User.objects.create_superuser("tz-boss", password="pw-tz-boss-1"))
+    panel = client.get(reverse("admin:conversations_attentionturn_changelist")).content.decode()
+    assert "2026-05-04 09:30" in panel and "2026-05-04 12:30" not in panel

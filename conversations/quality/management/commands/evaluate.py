@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from tqdm import tqdm
 
 from conversations.quality.datasets import (
@@ -53,6 +55,17 @@ def _stage_sets(raw: str | None) -> list[tuple[bool, bool] | None]:
     return sets
 
 
+def _require_migrated() -> None:
+    """Stop with what to do, not a traceback, on a database `migrate` has not been run on."""
+    executor = MigrationExecutor(connection)
+    pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    if pending:
+        raise CommandError(
+            f"the database has {len(pending)} unapplied migration(s): run "
+            "`manage.py migrate` first (`make evaluate` does)"
+        )
+
+
 class Command(BaseCommand):
     help = (
         "Measure recall@k, MRR@10 and nDCG@10 on judged conversations, with and without rewriting."
@@ -91,6 +104,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        _require_migrated()
         try:
             ks = sorted({int(k) for k in options["k"].split(",") if k.strip()})
         except ValueError as exc:
