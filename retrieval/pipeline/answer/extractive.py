@@ -385,7 +385,7 @@ _PERIODS = frozenset(
 def _topic_tokens(text: str) -> list[Token]:
     """The words of `text` that may name what it is about: not the "vezes" of "quantas
     vezes" nor a rate's period ("por ano", "por mês"), which would make any line saying "uma
-    vez por ano" answer ("quantas vezes por ano?" after the salary advance got a meal card's
+    vez por ano" answer (a how-often follow-up after one benefit got another benefit's
     lines)."""
     tokens = token_spans(text)
     return [
@@ -476,7 +476,7 @@ def _subject(question: str, language: str, kind: AnswerKind | None) -> str:
         if t.norm not in stop
         and t.norm not in CUE_WORDS
         and len(t.norm) > 1
-        and not _rate_period(tokens, i)  # the "ano" of "quantas vezes por ano?"
+        and not _rate_period(tokens, i)  # the period of a "how many times per year" question
     ]
     if not keep:
         return ""
@@ -1195,8 +1195,8 @@ def _with_asked_kind(
 ) -> list[tuple[float, _Line]]:
     """A question that asks when or how much gets the best line that says it first: a
     chosen one, else `document`'s best, even when other lines share more of its words
-    ("cuándo cobramos el aguinaldo?": the line with the two dates names neither "cobrar" nor
-    "aguinaldo"). `scored` holds every line with its score, those sharing no word included."""
+    (a when-is-it-paid question: the line with the dates names neither the verb nor the
+    benefit). `scored` holds every line with its score, those sharing no word included."""
     if kind not in _FIGURE_KINDS or not chosen:
         return chosen
     says = _KIND_EVIDENCE[kind]
