@@ -349,22 +349,32 @@ def web_servers(
             print(server.log.read_text(errors="replace")[-3000:])
 
 
-async def login(url: str, username: str, password: str) -> str:
-    """Sign in through the login form, as a browser does; return the session cookie."""
+async def login_client(url: str, username: str, password: str) -> Any:
+    """Sign in through the login form, as a browser does (its Origin header included);
+    return the signed-in `httpx.AsyncClient` (the caller closes it)."""
     import re
 
     import httpx
 
-    async with httpx.AsyncClient(base_url=url, timeout=SERVER_WAIT_S) as client:
-        page = await client.get("/login/")
-        match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
-        assert match, page.text[:500]
-        response = await client.post(
-            "/login/",
-            data={"username": username, "password": password, "csrfmiddlewaretoken": match[1]},
-        )
-        assert response.status_code == 302, response.text[:500]
+    client = httpx.AsyncClient(base_url=url, timeout=SERVER_WAIT_S, headers={"Origin": url})
+    page = await client.get("/login/")
+    match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    assert match, page.text[:500]
+    response = await client.post(
+        "/login/",
+        data={"username": username, "password": password, "csrfmiddlewaretoken": match[1]},
+    )
+    assert response.status_code == 302, response.text[:500]
+    return client
+
+
+async def login(url: str, username: str, password: str) -> str:
+    """Sign in through the login form, as a browser does; return the session cookie."""
+    client = await login_client(url, username, password)
+    try:
         return str(client.cookies["sessionid"])
+    finally:
+        await client.aclose()
 
 
 def chat_socket(url: str, cookie: str) -> Any:

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
 import psycopg
 import pytest
 from psycopg import sql
@@ -39,12 +38,12 @@ from chatrag.dev.fakemodel import FakeModelConfig, FakeModelServer
 from tests.conftest import DEMO_KB
 from tests.support import (
     BASE_DIR,
-    SERVER_WAIT_S,
     WebServer,
     app_env,
     chat_socket,
     database_url,
     eventually,
+    login_client,
     manage,
     socket_until,
     web_servers,
@@ -194,20 +193,6 @@ def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
             conn.execute(drop)
 
 
-async def _login(url: str) -> httpx.AsyncClient:
-    """Sign in through the login form as a browser does (its Origin header included)."""
-    client = httpx.AsyncClient(base_url=url, timeout=SERVER_WAIT_S, headers={"Origin": url})
-    page = await client.get("/login/")
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
-    assert token, page.text[:500]
-    response = await client.post(
-        "/login/",
-        data={"username": ADMIN, "password": PASSWORD, "csrfmiddlewaretoken": token[1]},
-    )
-    assert response.status_code == 302, response.text[:500]
-    return client
-
-
 async def _ask(socket: Any, text: str, until: str = "done") -> dict[str, Any]:
     await socket.send(json.dumps({"type": "message", "conversation": None, "text": text}))
     frames = await socket_until(socket, until, "error")
@@ -257,7 +242,7 @@ async def test_production_topology_serves_chat_admin_workers_and_static(
     topology: Topology,
 ) -> None:
     first, second = topology.webs
-    clients = [await _login(web.url) for web in topology.webs]
+    clients = [await login_client(web.url, ADMIN, PASSWORD) for web in topology.webs]
     try:
         for web in topology.webs:
             topology.log(f"{topology.name(web)} signed {ADMIN} in (login form, Origin checked)")
