@@ -30,6 +30,8 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 
+from text_to_num import alpha2digit
+
 from ..asks import COUNTING_WORDS, CUE_WORDS, AnswerKind, answer_kind
 from ..rewrite_rules.cues import after_switch_announcement
 from ..rewrite_rules.lexicon import edit_distance
@@ -106,10 +108,27 @@ _CONDITION: dict[str, re.Pattern[str]] = {
 
 
 def _states(kind: AnswerKind, norm: str, language: str) -> bool:
-    """Whether a line (normalised) states what the question asks for."""
+    """Whether a line (normalised) states what the question asks for; a figure written in
+    words ("cento e vinte dias") states it as the digits do."""
     if kind == "condition" and language in _CONDITION:
         return bool(_CONDITION[language].search(norm))
-    return bool(_KIND_EVIDENCE[kind].search(norm))
+    evidence = _KIND_EVIDENCE[kind]
+    return bool(evidence.search(norm) or evidence.search(with_digits(norm, language)))
+
+
+_TEXT2NUM_LANGUAGES = frozenset({"pt", "es", "en", "fr", "de", "it", "nl"})
+
+
+@lru_cache(maxsize=8192)
+def with_digits(text: str, language: str) -> str:
+    """`text` with the numbers it writes in words as figures ("cento e vinte dias" -> "120
+    dias"), by `text2num`; unchanged in a language that library does not know."""
+    if language not in _TEXT2NUM_LANGUAGES:
+        return text
+    try:
+        return str(alpha2digit(text, language))
+    except Exception:  # the parser must never cost the answer
+        return text
 
 
 # A figure, a deadline or a place: what an answer states and an introduction does not.

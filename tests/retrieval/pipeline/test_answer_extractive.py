@@ -1300,3 +1300,40 @@ def test_an_answer_whose_lines_say_none_of_the_searched_words_covers_nothing() -
     )
     assert built.lines and all(not line.says for line in built.lines)
     assert built.coverage == 0.0
+
+
+@pytest.mark.parametrize(
+    ("text", "language", "figure"),
+    [
+        ("a licenca dura cento e vinte dias", "pt", "120 dias"),
+        ("el permiso dura ciento veinte dias", "es", "120 dias"),
+        ("the leave lasts one hundred twenty days", "en", "120 days"),
+    ],
+)
+def test_a_figure_written_in_words_is_read_as_a_figure(
+    text: str, language: str, figure: str
+) -> None:
+    from retrieval.pipeline.answer.extractive import with_digits
+
+    assert figure in with_digits(text, language)
+    assert with_digits(text, "xx") == text  # a language text2num does not know: as it is
+
+
+def test_a_duration_written_in_words_answers_a_how_long_question() -> None:
+    """A page that writes the duration in words ("cento e vinte dias") states a duration: a
+    how-long question is answered with that line first (before, the page's first line
+    led: no line stated a duration)."""
+    page = Passage(
+        1,
+        "Licença-maternidade",
+        "",
+        "A licença-maternidade é garantida a todas as empregadas, inclusive em caso de "
+        "adoção, com o salário integral pago pela empresa.\n"
+        "A licença dura cento e vinte dias, contados a partir do parto.\n"
+        "O pedido é feito no portal de autoatendimento.",
+        document="lm",
+        language="pt",
+    )
+    text = _answer("quanto tempo de licença maternidade?", page)
+    body = text.split("\n\n", 1)[1]
+    assert body.lstrip("- ").startswith("A licença dura cento e vinte dias"), text
