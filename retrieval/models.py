@@ -120,14 +120,23 @@ class GlossaryEntry(models.Model):
     term = models.CharField(max_length=100)
     expansion = models.CharField(max_length=300)
     area = models.CharField(max_length=100, blank=True)
+    # The language of the turns it expands ("pt"); blank: every language. One term may have
+    # an entry per language ("IRPF" is Brazil's income tax and Spain's).
+    language = models.CharField(
+        max_length=8,
+        blank=True,
+        help_text="Language of the questions this entry expands (pt, es, en); blank for all.",
+    )
     active = models.BooleanField(default=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         verbose_name_plural = "glossary entries"
-        ordering = ["term"]
+        ordering = ["term", "language"]
         constraints = [
-            models.UniqueConstraint(fields=["collection", "term"], name="glossary_unique_term")
+            models.UniqueConstraint(
+                fields=["collection", "term", "language"], name="glossary_unique_term_language"
+            )
         ]
 
     def __str__(self) -> str:

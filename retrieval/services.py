@@ -22,6 +22,7 @@ from retrieval.access import documents_readable_by, reader_for
 from retrieval.embeddings import Embedder, get_embedder
 from retrieval.models import Collection, Document, GlossaryEntry
 from retrieval.pipeline.fusion import FusionStrategy
+from retrieval.pipeline.glossary import glossary_in_language
 from retrieval.pipeline.llm import ChatModel
 from retrieval.pipeline.masking import DEFAULT_EMPLOYEE_ID_PATTERN, MaskingConfig
 from retrieval.pipeline.model_stages import HydeSettings, RerankSettings
@@ -228,7 +229,7 @@ def scope_common(first: Scope, second: Scope) -> Scope:
 def glossary_for(*, collection: Collection) -> list[GlossaryValue]:
     """The collection's active glossary as pure values."""
     return [
-        GlossaryValue(term=e.term, expansion=e.expansion, area=e.area or None)
+        GlossaryValue(term=e.term, expansion=e.expansion, area=e.area or None, language=e.language)
         for e in GlossaryEntry.objects.filter(collection=collection, active=True)
     ]
 
@@ -559,13 +560,15 @@ def turn_request_for(
     thresholds (an evaluation may try another file's).
     """
     fallback = collection_language(collection=collection)
+    decided = turn_language(question, history, explicit=language, default=fallback)
     return TurnRequest(
         question=question,
         history=tuple(history),
         scope=scope,
-        glossary=tuple(glossary_for(collection=collection)),
+        # A term with an entry in the turn's language expands to that one ("IRPF").
+        glossary=glossary_in_language(glossary_for(collection=collection), decided),
         settings=settings if settings is not None else retrieval_settings(),
-        language=turn_language(question, history, explicit=language, default=fallback),
+        language=decided,
         default_language=fallback,
         known_names=tuple(known_names_for(reader)) if reader is not None else (),
         areas=collection_areas(scope=scope),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +25,8 @@ from retrieval.ingestion.services import (
 from retrieval.json_input import JSONInputError
 from retrieval.json_input import json_parse as safe_json
 from retrieval.models import Collection, GlossaryEntry
+from retrieval.pipeline.glossary import parse_glossary_json
+from retrieval.pipeline.types import GlossaryEntry as GlossaryValue
 from retrieval.pipeline.types import HistoryMessage
 
 
@@ -121,7 +123,7 @@ def evaluation_collection_load(
     corpus: Path,
     embedder: Embedder,
     language: str | None = None,
-    glossary: dict[str, str] | None = None,
+    glossary: Sequence[GlossaryValue] = (),
     progress: Progress | None = None,
 ) -> LoadedCorpus:
     """Load a corpus into its own collection, reusing it when the file has not changed."""
@@ -160,16 +162,25 @@ def evaluation_collection_load(
         )
         collection.source_checksum = checksum
         collection.save(update_fields=["source_checksum"])
-    glossary_replace(collection=collection, entries=glossary or {})
+    glossary_replace(collection=collection, entries=glossary)
     return LoadedCorpus(collection=collection, reused=reused, report=report)
 
 
 @transaction.atomic
-def glossary_replace(*, collection: Collection, entries: dict[str, str]) -> None:
+def glossary_replace(*, collection: Collection, entries: Sequence[GlossaryValue]) -> None:
     """Make the collection's glossary exactly these entries (evaluation glossaries only)."""
     GlossaryEntry.objects.filter(collection=collection).delete()
     GlossaryEntry.objects.bulk_create(
-        [GlossaryEntry(collection=collection, term=t, expansion=e) for t, e in entries.items()]
+        [
+            GlossaryEntry(
+                collection=collection,
+                term=e.term,
+                expansion=e.expansion,
+                area=e.area or "",
+                language=e.language,
+            )
+            for e in entries
+        ]
     )
 
 
@@ -259,20 +270,14 @@ def task_from_record(
     )
 
 
-def glossary_load(path: Path | None) -> dict[str, str]:
-    """Read `{"TERM": "expansion"}` (or the admin export's list form) from a file."""
+def glossary_load(path: Path | None) -> list[GlossaryValue]:
+    """Read a glossary file: `{"TERM": "expansion"}` or the admin export's list form (with
+    areas and languages)."""
     if path is None:
-        return {}
+        return []
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return parse_glossary_json(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, json.JSONDecodeError) as exc:
         raise EvaluationInputError(f"{path}: cannot read glossary ({exc})") from exc
-    if isinstance(data, dict):
-        return {str(k): str(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return {
-            str(e["term"]): str(e["expansion"])
-            for e in data
-            if isinstance(e, dict) and "term" in e and "expansion" in e and e.get("active", True)
-        }
-    raise EvaluationInputError(f"{path}: glossary must be an object or a list")
+    except ValueError as exc:
+        raise EvaluationInputError(f"{path}: {exc}") from exc

@@ -32,9 +32,9 @@ def _json_download(data: object, name: str) -> HttpResponse:
 
 @admin.register(GlossaryEntry)
 class GlossaryEntryAdmin(admin.ModelAdmin[GlossaryEntry]):
-    list_display = ["term", "expansion", "area", "active", "collection", "updated_at"]
+    list_display = ["term", "expansion", "language", "area", "active", "collection", "updated_at"]
     list_editable = ["expansion", "area", "active"]
-    list_filter = ["collection", "active", "area"]
+    list_filter = ["collection", "active", "language", "area"]
     search_fields = ["term", "expansion"]
     actions = ["export_selected", "activate", "deactivate"]
     change_list_template = "admin/retrieval/glossaryentry/change_list.html"

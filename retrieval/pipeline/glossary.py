@@ -7,6 +7,7 @@ matches inside "homem". Hyphens count as spaces so both spellings of a compound 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -14,6 +15,8 @@ from typing import Literal
 
 from retrieval.pipeline.text import ALL_STOPWORDS, Token, normalize, token_spans
 from retrieval.pipeline.types import GlossaryEntry, GlossaryHit
+
+_LANGUAGE_CODE = re.compile(r"(?:[A-Za-z]{2,3})?")
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,20 @@ def find_glossary_hits(
     return hits
 
 
+def glossary_in_language(
+    entries: Iterable[GlossaryEntry], language: str
+) -> tuple[GlossaryEntry, ...]:
+    """The entries that expand a turn in `language`: those of that language, and those of
+    every language ("") for the terms that have none of their own."""
+    entries = list(entries)
+    own = {_term_words(e.term) for e in entries if e.language == language}
+    return tuple(
+        e
+        for e in entries
+        if e.language == language or (not e.language and _term_words(e.term) not in own)
+    )
+
+
 def _contains_phrase(text: str, phrase: str) -> bool:
     """Tell whether the words of `phrase` occur in `text` as a run of whole words."""
     haystack = [w.token.norm for w in _words_with_spans(text)]
@@ -154,6 +171,7 @@ def _entry_from_object(item: object, index: int) -> GlossaryEntry | None:
         raise ValueError(f"glossary item {index} must be an object, got {type(item).__name__}")
     term, expansion = item.get("term"), item.get("expansion")
     area, active = item.get("area"), item.get("active", True)
+    language = item.get("language") or ""
     if not isinstance(term, str) or not term.strip():
         raise ValueError(f"glossary item {index}: 'term' must be a non-empty string")
     if not isinstance(expansion, str) or not expansion.strip():
@@ -164,15 +182,23 @@ def _entry_from_object(item: object, index: int) -> GlossaryEntry | None:
         raise ValueError(f"glossary item {index} ({term!r}): 'area' must be a string or null")
     if not isinstance(active, bool):
         raise ValueError(f"glossary item {index} ({term!r}): 'active' must be true or false")
+    if not isinstance(language, str) or not _LANGUAGE_CODE.fullmatch(language):
+        raise ValueError(
+            f"glossary item {index} ({term!r}): 'language' must be a language code "
+            'such as "pt", or empty for every language'
+        )
     if not active:
         return None
-    return GlossaryEntry(term.strip(), expansion.strip(), area.strip() if area else None)
+    return GlossaryEntry(
+        term.strip(), expansion.strip(), area.strip() if area else None, language.lower()
+    )
 
 
 def parse_glossary_json(data: object) -> list[GlossaryEntry]:
     """Read a glossary from `{"TERM": "expansion"}` or `[{"term", "expansion", ...}]`.
 
-    List items may carry "area" and "active"; inactive ones are skipped.
+    List items may carry "area", "language" (the turns' language it expands; none: every
+    language) and "active"; inactive ones are skipped.
     Raise ValueError naming the offending item on bad input.
     """
     if isinstance(data, dict):
@@ -189,10 +215,13 @@ def parse_glossary_json(data: object) -> list[GlossaryEntry]:
         return [entry for entry in parsed if entry is not None]
     raise ValueError(
         "glossary must be an object {term: expansion} or a list of "
-        f"{{term, expansion, area?, active?}} objects, got {type(data).__name__}"
+        f"{{term, expansion, area?, language?, active?}} objects, got {type(data).__name__}"
     )
 
 
 def glossary_to_json(entries: Iterable[GlossaryEntry]) -> list[dict[str, str | None]]:
     """Return the list form that `parse_glossary_json` reads back."""
-    return [{"term": e.term, "expansion": e.expansion, "area": e.area} for e in entries]
+    return [
+        {"term": e.term, "expansion": e.expansion, "area": e.area, "language": e.language or None}
+        for e in entries
+    ]

@@ -34,6 +34,9 @@ class GlossaryEntry:
     term: str
     expansion: str
     area: str | None = None
+    # The language of the turns it expands ("pt"); "" for every language. A term may have
+    # one entry per language ("IRPF": Brazil's and Spain's income tax).
+    language: str = ""
 
 
 @dataclass(frozen=True)

@@ -94,3 +94,38 @@ def test_a_glossary_edit_reaches_the_next_rewrite() -> None:
     assert query.area == "beneficios"
     GlossaryEntry.objects.filter(collection=collection, term="VR").update(active=False)
     assert _turn(collection, "qual o valor do VR?").rewrite.glossary_hits == []
+
+
+def test_a_turn_expands_a_term_with_its_own_languages_entry() -> None:
+    """Imported with a language each, "IRPF" expands to Portuguese words in a Portuguese
+    turn and to Spanish ones in a Spanish turn (the turn request keeps only the turn's
+    language's entry); the export gives back both."""
+    from retrieval.glossary_io import glossary_export
+    from retrieval.services import turn_request_for
+
+    collection = default_collection()
+    glossary_import(
+        collection=collection,
+        data=[
+            {"term": "IRPF", "expansion": "imposto de renda da pessoa física", "language": "pt"},
+            {"term": "IRPF", "expansion": "Impuesto sobre la Renta", "language": "es"},
+        ],
+    )
+    assert GlossaryEntry.objects.filter(collection=collection, term="IRPF").count() == 2
+    scope = Scope(collection_id=collection.id, see_everything=True)
+    pt = turn_request_for(
+        question="quando declaro o IRPF?", history=[], collection=collection, scope=scope
+    )
+    es = turn_request_for(
+        question="¿cuándo se declara el IRPF?", history=[], collection=collection, scope=scope
+    )
+    assert (pt.language, [e.expansion for e in pt.glossary if e.term == "IRPF"]) == (
+        "pt",
+        ["imposto de renda da pessoa física"],
+    )
+    assert (es.language, [e.expansion for e in es.glossary if e.term == "IRPF"]) == (
+        "es",
+        ["Impuesto sobre la Renta"],
+    )
+    exported = [e for e in glossary_export(collection=collection) if e["term"] == "IRPF"]
+    assert [e["language"] for e in exported] == ["es", "pt"]

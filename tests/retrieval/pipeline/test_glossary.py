@@ -133,3 +133,34 @@ def test_matching_and_expansion_never_raise(text: str, pairs: list[tuple[str, st
     hits = find_glossary_hits(text, entries)
     expanded = expand_with_glossary(text, hits)
     assert len(expanded) >= len(text)
+
+
+def test_a_term_with_an_entry_in_the_turns_language_expands_to_that_one() -> None:
+    """ "IRPF" is Brazil's income tax and Spain's: each turn gets its own language's entry;
+    an entry of no language serves every turn whose language has none of its own."""
+    from retrieval.pipeline.glossary import glossary_in_language
+
+    entries = [
+        GlossaryEntry("IRPF", "imposto de renda da pessoa física", "remuneracao", "pt"),
+        GlossaryEntry("IRPF", "Impuesto sobre la Renta de las Personas Físicas", None, "es"),
+        GlossaryEntry("irpf", "income tax", None, ""),
+        GlossaryEntry("VR", "vale-refeição", None, ""),
+    ]
+    pt = glossary_in_language(entries, "pt")
+    assert [e.expansion for e in pt] == ["imposto de renda da pessoa física", "vale-refeição"]
+    es = find_glossary_hits("retención de IRPF", glossary_in_language(entries, "es"))
+    assert [h.expansion for h in es] == ["Impuesto sobre la Renta de las Personas Físicas"]
+    en = find_glossary_hits("IRPF rate", glossary_in_language(entries, "en"))
+    assert [h.expansion for h in en] == ["income tax"]
+
+
+def test_a_glossary_file_carries_each_entrys_language_and_refuses_a_bad_one() -> None:
+    data = [
+        {"term": "IRPF", "expansion": "imposto de renda", "language": "pt"},
+        {"term": "IRPF", "expansion": "Impuesto sobre la Renta", "language": "ES"},
+    ]
+    parsed = parse_glossary_json(data)
+    assert [(e.term, e.language) for e in parsed] == [("IRPF", "pt"), ("IRPF", "es")]
+    assert parse_glossary_json(glossary_to_json(parsed)) == parsed
+    with pytest.raises(ValueError, match="'language' must be a language code"):
+        parse_glossary_json([{"term": "X", "expansion": "y", "language": "português!"}])
