@@ -78,6 +78,9 @@ class TurnTrace(models.Model):
     anomaly = models.BooleanField(default=False)
     clarified = models.BooleanField(default=False)
     no_results = models.BooleanField(default=False)
+    # Who wrote the answer and why its lines (`Answer.why(with_text=False)`): each quoted
+    # line's card, score and the searched words it says, the coverage, "not found".
+    answer = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # Staff review: set when someone handled the turn (glossary entry, evaluation case, or
     # nothing to do), so the "needs attention" panel only lists what is still open.

@@ -154,8 +154,10 @@ def answer_finish(
     extractive: bool,
     timings_ms: dict[str, float],
     errors: Sequence[str],
+    check: dict[str, Any] | None = None,
 ) -> None:
-    """Store the finished answer, and the turn's timings and errors in its trace.
+    """Store the finished answer, and the turn's timings, errors and answer check (who wrote
+    it, why its lines: `Answer.why`) in its trace.
 
     One transaction: each commit waits for the disk (about 3.5 ms here, a round trip 0.1 ms),
     so the two writes share one. The trace's timings and errors are replaced, not read and
@@ -166,7 +168,7 @@ def answer_finish(
     try:
         with transaction.atomic():
             TurnTrace.objects.filter(message=question).update(
-                timings_ms=timings_ms, errors=list(errors)
+                timings_ms=timings_ms, errors=list(errors), answer=check or {}
             )
     except DatabaseError:
         logger.exception("turn %s: could not store its timings", question.id)

@@ -61,6 +61,7 @@ STRONG_PATH = (
 FLAGS = (
     "no_results",
     "weak",
+    "not_found",
     "clarified",
     "anomaly",
     "errors",
@@ -400,6 +401,45 @@ class TraceMessage:
 
 
 @dataclass(frozen=True)
+class TraceAnswerLine:
+    """One line the extractive answer quoted: its card, score and the searched words it says."""
+
+    n: int
+    score: float
+    page_rank: int
+    says: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TraceAnswer:
+    """Who wrote a turn's answer and why its lines (`Answer.why(with_text=False)`)."""
+
+    kind: str = ""
+    not_found: bool = False
+    coverage: float | None = None
+    lines: tuple[TraceAnswerLine, ...] = ()
+
+    @classmethod
+    def read(cls, data: object) -> TraceAnswer:
+        if not isinstance(data, Mapping):
+            return cls()
+        return cls(
+            kind=_text(data.get("kind")),
+            not_found=bool(data.get("not_found")),
+            coverage=_number(data.get("coverage")),
+            lines=tuple(
+                TraceAnswerLine(
+                    n=int(_number(line.get("n")) or 0),
+                    score=_number(line.get("score")) or 0.0,
+                    page_rank=int(_number(line.get("page_rank")) or 0),
+                    says=_strings(line.get("says")),
+                )
+                for line in _dicts(data.get("lines"))
+            ),
+        )
+
+
+@dataclass(frozen=True)
 class Trace:
     """One turn's stored trace, typed (masked text only)."""
 
@@ -412,6 +452,7 @@ class Trace:
     anomaly: bool = False
     clarified: bool = False
     no_results: bool = False
+    answer: TraceAnswer = field(default_factory=lambda: TraceAnswer())
 
     @property
     def searched(self) -> tuple[TraceQuery, ...]:
@@ -487,6 +528,7 @@ def read_trace(row: TurnTrace) -> Trace:
         anomaly=bool(row.anomaly),
         clarified=bool(row.clarified),
         no_results=bool(row.no_results),
+        answer=TraceAnswer.read(row.answer),
     )
 
 
@@ -502,6 +544,8 @@ def turn_flags(trace: Trace, *, slow_ms: float, thumbs_down: bool, thumbs_up: bo
     raised = {
         "no_results": trace.found_nothing,
         "weak": trace.weak,
+        # The extractive answer said the pages found don't hold what was asked.
+        "not_found": trace.answer.not_found,
         "clarified": trace.clarified,
         "anomaly": trace.anomaly,
         "errors": bool(trace.errors),

@@ -238,6 +238,7 @@ async def _answer_stored(
         extractive=extractive,
         timings_ms=finished["timings_ms"],
         errors=finished["errors"],
+        check=result.why(with_text=False),
     )
     await emit(
         frames.done(

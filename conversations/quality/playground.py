@@ -296,19 +296,5 @@ async def _reply(plan: TurnPlan, model: ChatModel | None) -> tuple[str, str, dic
 
 def answer_why(answer: Answer) -> dict[str, Any]:
     """The extractive answer's lines with their scores, as JSON (ask --explain, staff)."""
-    return {
-        "not_found": answer.not_found,
-        "coverage": answer.coverage,
-        "lines": [
-            {
-                "n": line.number,
-                "score": line.score,
-                "document": line.document,
-                "section": line.heading,
-                "page_rank": line.page_rank,
-                "says": list(line.says),
-                "text": line.text,
-            }
-            for line in answer.lines
-        ],
-    }
+    why = answer.why()
+    return {k: why[k] for k in ("not_found", "coverage", "lines")}

@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
-from typing import Literal
+from typing import Any, Literal
 
 from .answer import (
     ChosenLine,
@@ -57,6 +57,30 @@ class Answer:
     lines: tuple[ChosenLine, ...] = ()
     coverage: float | None = None
     not_found: bool = False
+
+    def why(self, *, with_text: bool = True) -> dict[str, Any]:
+        """Who wrote the answer and, for the extractive one, why its lines: each line's card,
+        document, section, score, page rank and the searched words it says; the coverage and
+        whether it said the pages don't hold it. `with_text=False` leaves out the lines' and
+        sections' words (a turn's stored trace: staff read it by their own permissions)."""
+        lines = []
+        for line in self.lines:
+            item: dict[str, Any] = {
+                "n": line.number,
+                "score": line.score,
+                "document": line.document,
+                "page_rank": line.page_rank,
+                "says": list(line.says),
+            }
+            if with_text:
+                item |= {"section": line.heading, "text": line.text}
+            lines.append(item)
+        return {
+            "kind": self.kind,
+            "not_found": self.not_found,
+            "coverage": self.coverage,
+            "lines": lines,
+        }
 
 
 async def answer_turn(

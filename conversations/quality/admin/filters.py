@@ -11,7 +11,11 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from conversations.models import Conversation
-from conversations.quality.review.selectors import conversations_with_flag, traces_with_flag
+from conversations.quality.review.selectors import (
+    ATTENTION_FLAGS,
+    conversations_with_flag,
+    traces_with_flag,
+)
 from conversations.quality.review.timeline import FLAG_LABELS
 
 
@@ -44,6 +48,7 @@ AnomalyFilter = flag_filter("anomaly")
 ClarifiedFilter = flag_filter("clarified")
 NoResultsFilter = flag_filter("no_results")
 WeakFilter = flag_filter("weak")
+NotFoundFilter = flag_filter("not_found")
 ErrorsFilter = flag_filter("errors")
 SlowFilter = flag_filter("slow")
 FLAG_FILTERS = [
@@ -53,6 +58,7 @@ FLAG_FILTERS = [
     ClarifiedFilter,
     NoResultsFilter,
     WeakFilter,
+    NotFoundFilter,
     ErrorsFilter,
     SlowFilter,
 ]
@@ -78,7 +84,7 @@ class ReasonFilter(admin.SimpleListFilter):
     title = _("reason")
     parameter_name = "reason"
 
-    REASONS = ("no_results", "weak", "thumbs_down", "anomaly")
+    REASONS = ATTENTION_FLAGS
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
         return [(f, FLAG_LABELS[f]) for f in self.REASONS]

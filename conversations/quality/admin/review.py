@@ -40,6 +40,7 @@ from conversations.quality.review.restricted import (
     redactors_by_conversation,
 )
 from conversations.quality.review.selectors import (
+    ATTENTION_FLAGS,
     attention_traces,
     glossary_candidates_for,
     slow_threshold_ms,
@@ -513,7 +514,8 @@ class AttentionChangeList(ScrubbedChangeList):
 class AttentionTurnAdmin(
     RowTextMixin, ReviewListMixin, NoAddOrChangeMixin, admin.ModelAdmin[AttentionTurn]
 ):
-    """Turns with no or weak results, a thumbs down or an anomaly, with what to do next."""
+    """Turns with no or weak results, an answer that found nothing to quote, a thumbs down
+    or an anomaly, with what to do next."""
 
     list_display = ["when", "conversation", "owner", "question", "reasons", "next_steps"]
     list_filter = [ReviewedFilter, ReasonFilter, "created_at"]
@@ -547,9 +549,7 @@ class AttentionTurnAdmin(
 
     @admin.display(description=gettext_lazy("why"))
     def reasons(self, obj: AttentionTurn) -> str:
-        flags = [
-            f for f in _trace_flags(obj) if f in {"no_results", "weak", "thumbs_down", "anomaly"}
-        ]
+        flags = [f for f in _trace_flags(obj) if f in ATTENTION_FLAGS]
         return ", ".join(str(FLAG_LABELS[f]) for f in flags)
 
     @admin.display(description=gettext_lazy("next steps"))

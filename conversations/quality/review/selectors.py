@@ -68,6 +68,7 @@ def trace_flag_q(flag: str) -> Q:
         # Small talk searched nothing on purpose (`Trace.found_nothing`).
         "no_results": Q(no_results=True) & ~Q(rewrite__contains={"no_search": True}),
         "weak": Q(clarified=False, no_results=False, has_hits=True, corroborated=False),
+        "not_found": Q(answer__not_found=True),
         "errors": ~Q(errors=[]),
         "slow": Q(total_ms__gt=slow_threshold_ms()),
         "thumbs_down": Q(thumbs_down=True),
@@ -93,14 +94,17 @@ def conversations_with_flag(
     return qs.filter(Exists(flagged))
 
 
+# Why a turn needs a look: nothing or only weak results, an answer that said the pages found
+# don't hold it, a thumbs down, an anomaly.
+ATTENTION_FLAGS = ("no_results", "weak", "not_found", "thumbs_down", "anomaly")
+
+
 def attention_q() -> Q:
-    """Why a turn needs a look: nothing or only weak results, a thumbs down, an anomaly."""
-    return (
-        trace_flag_q("no_results")
-        | trace_flag_q("weak")
-        | trace_flag_q("thumbs_down")
-        | trace_flag_q("anomaly")
-    )
+    """The turns that carry one of `ATTENTION_FLAGS`."""
+    condition = Q(pk__in=[])
+    for flag in ATTENTION_FLAGS:
+        condition |= trace_flag_q(flag)
+    return condition
 
 
 def attention_traces(qs: QuerySet[T], *, include_reviewed: bool = False) -> QuerySet[T]:

@@ -22,6 +22,7 @@ from conversations.quality.review.selectors import slow_threshold_ms
 from conversations.trace import (
     RewriteView,
     Trace,
+    TraceAnswer,
     TraceMessage,
     TraceSearch,
     read_trace,
@@ -38,6 +39,7 @@ FLAG_LABELS = {  # every one of `FLAGS`
     "clarified": _("clarification asked"),
     "no_results": _("no results"),
     "weak": _("weak results"),
+    "not_found": _("pages did not say"),
     "errors": _("errors"),
     "slow": _("slow turn"),
     "thumbs_down": _("thumbs down"),
@@ -107,6 +109,8 @@ class TurnReview:
     answer_status: str = ""
     extractive: bool = False
     answer_error: str = ""
+    # Why the extractive answer quoted its lines, and whether it said "not found".
+    answer_check: TraceAnswer = field(default_factory=TraceAnswer)
     stages: list[Stage] = field(default_factory=list)
     milestones: list[Stage] = field(default_factory=list)
     total_ms: float | None = None
@@ -226,6 +230,7 @@ def _add_trace(review: TurnReview, row: TurnTrace, feedback: list[Feedback]) -> 
     _add_hits(review, trace.search)
     _add_timings(review, trace)
     review.errors = list(trace.errors)
+    review.answer_check = trace.answer
     review.flags = turn_flags(
         trace,
         slow_ms=slow_threshold_ms(),
@@ -252,12 +257,21 @@ def _redact(
             source.document_id = None
     if answer is not None and redactor.answer_hidden(answer=answer):
         review.answer_text = str(RESTRICTED_PASSAGE)
+        review.answer_check = replace(review.answer_check, lines=())
         # A reason given on such an answer may quote it.
         for item in review.feedback:
             item.reason = str(RESTRICTED_PASSAGE) if item.reason else ""
     for item in review.feedback:
         item.reason = scrub(item.reason)
     review.answer_error = scrub(review.answer_error)
+    # The searched words a quoted line says may be words carried from a restricted page.
+    check = review.answer_check
+    review.answer_check = replace(
+        check,
+        lines=tuple(
+            replace(line, says=tuple(w for w in line.says if scrub(w) == w)) for line in check.lines
+        ),
+    )
     for query in review.rewrite.queries:
         query.text = scrub(query.text)
     review.rewrite.notes = [scrub(n) for n in review.rewrite.notes]

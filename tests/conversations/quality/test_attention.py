@@ -172,3 +172,35 @@ def test_the_panel_shows_times_in_the_sites_time_zone(
     client.force_login(User.objects.create_superuser("tz-boss", password="pw-tz-boss-1"))
     panel = client.get(reverse("admin:conversations_attentionturn_changelist")).content.decode()
     assert "2026-05-04 09:30" in panel and "2026-05-04 12:30" not in panel
+
+
+def test_an_answer_that_says_the_pages_dont_hold_it_is_on_the_panel_with_its_why(
+    client: Client, small_kb: Any, personas: dict[str, User]
+) -> None:
+    """The extractive answer's check is stored with the turn (no document text): a turn
+    whose answer said the pages found don't hold it is flagged "pages did not say" and
+    listed for staff; an answered turn keeps each quoted line's card, score and words."""
+    missing = _ask(personas["ana"], "qual a senha do wifi dos visitantes na recepção?")
+    stored = read_trace(missing).answer
+    assert (stored.kind, stored.not_found) == ("extractive", True)
+    assert stored.coverage is not None and stored.coverage < 0.1
+    assert "not_found" in turn_flags(
+        read_trace(missing), slow_ms=1e9, thumbs_down=False, thumbs_up=False
+    )
+    assert "text" not in json.dumps(missing.answer)  # no document's words in the trace
+
+    answered = _ask(personas["ana"], "estagiário recebe vale-refeição?")
+    check = read_trace(answered).answer
+    assert check.kind == "extractive" and not check.not_found
+    assert check.lines and all(line.n >= 1 and line.score > 0 for line in check.lines)
+    assert any(line.says for line in check.lines)
+
+    assert [t.pk for t in attention_traces(TurnTrace.objects.all())] == [missing.pk]
+    boss = User.objects.create_superuser("boss", password="pw-boss-123")
+    client.force_login(boss)
+    panel = client.get(reverse("admin:conversations_attentionturn_changelist"))
+    assert "pages did not say" in panel.content.decode()
+    timeline = client.get(
+        reverse("admin:conversations_conversation_change", args=[answered.message.conversation_id])
+    ).content.decode()
+    assert "Why these lines" in timeline

@@ -107,6 +107,7 @@ def make_turn(
     no_results: bool = False,
     small_talk: bool = False,
     answer: str = "O vale-refeição é de R$ 45,00 por dia [1].",
+    not_found: bool = False,
 ) -> Turn:
     conversation = conversation_create(user=owner)
     question = message_store_user(conversation=conversation, text=text)
@@ -135,6 +136,11 @@ def make_turn(
         errors=errors or [],
         anomaly=anomaly,
         clarified=clarified,
+        answer={
+            "kind": "extractive",
+            "not_found": not_found,
+            "coverage": 0.05 if not_found else 0.6,
+        },
         no_results=no_results,
     )
     reply = Message.objects.create(
@@ -331,6 +337,7 @@ def test_flags_filter_conversations_and_traces(personas: dict[str, User], settin
     odd = make_turn(ana, "estranho", anomaly=True)
     asked = make_turn(ana, "e aí?", clarified=True, search={})
     empty = make_turn(ana, "nada", no_results=True, search={"queries": [], "hits": []})
+    unsaid = make_turn(ana, "senha do wifi", not_found=True)
     # Small talk searches nothing on purpose: no "no results", not on the panel.
     thanks = make_turn(
         ana, "valeu!", no_results=True, small_talk=True, search={"queries": [], "hits": []}
@@ -344,6 +351,7 @@ def test_flags_filter_conversations_and_traces(personas: dict[str, User], settin
         "anomaly": odd,
         "clarified": asked,
         "no_results": empty,
+        "not_found": unsaid,
     }
     assert set(expected) == set(FLAGS) == set(FLAG_LABELS)
     for flag, turn in expected.items():
@@ -351,7 +359,7 @@ def test_flags_filter_conversations_and_traces(personas: dict[str, User], settin
         assert list(traces) == [turn.trace], flag
         assert list(conversations_with_flag(flag)) == [turn.conversation], flag
     # The one Python rule (pages) says what the SQL (filters) says, for every turn and flag.
-    turns = [fine, slow, down, weak, broken, odd, asked, empty, thanks]
+    turns = [fine, slow, down, weak, broken, odd, asked, empty, thanks, unsaid]
     for turn in turns:
         feedback = set(Feedback.objects.filter(message=turn.answer).values_list("value", flat=True))
         in_python = turn_flags(
@@ -370,7 +378,7 @@ def test_flags_filter_conversations_and_traces(personas: dict[str, User], settin
         turn_flags(read_trace(thanks.trace), slow_ms=5000, thumbs_down=False, thumbs_up=False) == []
     )
     panel = attention_traces(AttentionTurn.objects.all())
-    assert {t.pk for t in panel} == {t.trace.pk for t in (down, weak, odd, empty)}
+    assert {t.pk for t in panel} == {t.trace.pk for t in (down, weak, odd, empty, unsaid)}
 
 
 def test_trace_list_and_timeline_flag_a_turn_alike(
