@@ -258,19 +258,24 @@ def _redact(
     for item in review.feedback:
         item.reason = scrub(item.reason)
     review.answer_error = scrub(review.answer_error)
-    for query in review.rewrite.queries:
-        query.text = scrub(query.text)
-    review.rewrite.notes = [scrub(n) for n in review.rewrite.notes]
     _redact_corrections(review, redactor, question=question)
-    review.rewrite.anomalies = [scrub(a) for a in review.rewrite.anomalies]
-    review.errors = [scrub(e) for e in review.errors]
-    review.rewrite.error = scrub(review.rewrite.error)
+
+    def derived(text: str) -> str:
+        return redactor.derived(text, question=question)
+
+    for query in review.rewrite.queries:
+        # The original query is the person's own words; every other one is derived.
+        query.text = scrub(query.text) if query.type == "original" else derived(query.text)
+    review.rewrite.notes = [derived(n) for n in review.rewrite.notes]
+    review.rewrite.anomalies = [derived(a) for a in review.rewrite.anomalies]
+    review.errors = [derived(e) for e in review.errors]
+    review.rewrite.error = derived(review.rewrite.error)
     clarification = review.rewrite.clarification
     if clarification is not None:
         review.rewrite.clarification = replace(
             clarification,
-            question=scrub(clarification.question),
-            options=tuple(scrub(o) for o in clarification.options),
+            question=derived(clarification.question),
+            options=tuple(derived(o) for o in clarification.options),
         )
 
 
