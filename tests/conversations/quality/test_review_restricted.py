@@ -739,3 +739,40 @@ def test_a_topic_carried_from_a_clicked_restricted_title_is_hidden_from_staff_ou
         assert CARRIED not in html.casefold(), url
         assert "e para estagiários?" in html  # Rita's own words stay
         assert CARRIED in _get(helena, url).casefold(), url
+
+
+# --- issue 38, finding 4: the admin's search is no oracle on hidden text -----------------------
+
+
+def _search_count(user: User, name: str, q: str) -> int:
+    client = Client()
+    client.force_login(user)
+    params = {"q": q, **({"review": "all"} if name == "attentionturn" else {})}
+    response = client.get(reverse(f"admin:conversations_{name}_changelist"), params)
+    assert response.status_code == 200
+    return int(response.context["cl"].result_count)
+
+
+@pytest.mark.parametrize("name", ["conversation", "turntrace", "attentionturn"])
+def test_the_admin_search_never_matches_a_title_the_viewer_sees_as_a_placeholder(
+    talk: Talk, vera: User, helena: User, name: str
+) -> None:
+    """The attack: Rita clicked the restricted title (her question is the title); Vera
+    (staff, outside the group) searched `?q=<the title>` and got "1 result" while the row
+    showed [restricted document], so the title could be guessed word by word."""
+    trace = _turn(
+        talk.conversation,
+        SALARY_TITLE,
+        hits=[(SALARY_ID, SALARY_TITLE)],
+        answer="?",
+        sources=[],
+    )
+    Feedback.objects.create(
+        message=Message.objects.get(reply_to=trace.message), user=talk.conversation.owner, value=-1
+    )
+    for q in (SALARY_TITLE, "salariais", f'"{SALARY_TITLE}"'):
+        assert _search_count(vera, name, q) == 0, q
+        assert _search_count(helena, name, q) >= 1, q
+    # What Vera may read is still found: Rita's own words, and her username.
+    assert _search_count(vera, name, "nível 3") >= 1
+    assert _search_count(vera, name, "rita") >= 1
