@@ -32,6 +32,7 @@ from django.utils import timezone
 from conversations import frames
 from conversations.live import LIVE, REGISTRY, LiveTurn
 from conversations.models import Message
+from conversations.past import answers_unreadable
 from conversations.selectors import history_before
 from conversations.services import answer_finish, answer_start, answer_write, turn_fail
 from conversations.trace import announced_block, trace_fields, trace_with_timings
@@ -190,6 +191,9 @@ def turn_context(message_id: int) -> TurnContext:
     # One message more than the window: the rewrite learns that the conversation started
     # before what it sees (retrieve keeps only the window).
     window = history_before(message=message, limit=settings.CHATRAG_REWRITE_WINDOW + 1)
+    # An earlier answer the owner may no longer read is not read again (issue 38, finding 12).
+    hidden = answers_unreadable(user=user, messages=window)
+    window = [m for m in window if m.id not in hidden]
     return turn_context_of(
         message,
         collection=collection,
