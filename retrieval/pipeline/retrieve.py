@@ -366,10 +366,14 @@ async def _rewritten(
         mask_money=settings.masking.mask_money,
     )
     masker = Masker(masking)
-    masked_question = masker.mask(question)
-    window = [HistoryMessage(m.role, masker.mask(m.text)) for m in history[-settings.window :]]
-    if settings.window == 0:
-        window = []
+
+    def masked() -> tuple[str, list[HistoryMessage]]:
+        kept = history[-settings.window :] if settings.window else []
+        return masker.mask(question), [HistoryMessage(m.role, masker.mask(m.text)) for m in kept]
+
+    # Off the event loop, like every CPU-bound step of a turn: a long message must not hold
+    # the other users' turns (issue 38, finding 2).
+    masked_question, window = await asyncio.to_thread(masked)
     timings["mask"] = _ms(t)
     inp = RewriteInput(
         question=masked_question,
