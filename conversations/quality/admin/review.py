@@ -22,7 +22,6 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
-from django.utils.text import smart_split, unescape_string_literal
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -32,6 +31,7 @@ from conversations.quality.admin.filters import (
     ReasonFilter,
     ReviewedFilter,
     RewriteCacheFilter,
+    search_terms,
 )
 from conversations.quality.cases import eval_case_create
 from conversations.quality.models import EvalCase
@@ -160,7 +160,7 @@ class RowTextMixin:
         found, duplicates = super().get_search_results(  # type: ignore[misc]
             request, queryset, search_term
         )
-        terms = _search_terms(search_term)
+        terms = search_terms(search_term)
         if not terms or request.user.is_superuser or not self.get_search_fields(request):  # type: ignore[attr-defined]
             return found, duplicates
         conversation, text, username = self.search_paths
@@ -179,17 +179,6 @@ class RowTextMixin:
             if all(any(t in text for text in texts) for t in terms)
         ]
         return found.filter(pk__in=keep), duplicates
-
-
-def _search_terms(search_term: str) -> list[str]:
-    """The admin's search terms, split as `ModelAdmin.get_search_results` splits them."""
-    terms = []
-    for bit in smart_split(search_term):
-        if bit.startswith(('"', "'")) and bit[0] == bit[-1] and len(bit) > 1:
-            bit = unescape_string_literal(bit)
-        if bit.strip():
-            terms.append(bit.casefold())
-    return terms
 
 
 def _shown(obj: Any) -> str:

@@ -776,3 +776,32 @@ def test_the_admin_search_never_matches_a_title_the_viewer_sees_as_a_placeholder
     # What Vera may read is still found: Rita's own words, and her username.
     assert _search_count(vera, name, "nível 3") >= 1
     assert _search_count(vera, name, "rita") >= 1
+
+
+def test_the_evaluation_case_search_never_matches_a_title_the_viewer_sees_as_a_placeholder(
+    documents: dict[str, Document], personas: dict[str, User]
+) -> None:
+    """A case saved by a member of the group from a clicked option has the restricted title
+    as its question; the list shows Vera the placeholder, and its search found it."""
+    case = EvalCase.objects.create(
+        collection=default_collection(),
+        question=SALARY_TITLE,
+        history_documents=[documents["salary"].pk],
+        category=EvalCase.Category.FOLLOW_UP,
+        language="pt",
+    )
+    vera = _staff("vera", rights=["view_evalcase"])
+    helena = _staff("helena", rights=["view_evalcase"], group=True)
+    url = reverse("admin:quality_evalcase_changelist")
+
+    def found(user: User, q: str) -> list[int]:
+        client = Client()
+        client.force_login(user)
+        response = client.get(url, {"q": q})
+        assert response.status_code == 200
+        return [c.pk for c in response.context["cl"].result_list]
+
+    for q in (SALARY_TITLE, "salariais"):
+        assert found(vera, q) == [], q
+        assert found(helena, q) == [case.pk], q
+    assert found(vera, "") == [case.pk]  # listed, with the placeholder
