@@ -331,6 +331,12 @@ CHATRAG_LLM_MODEL = env_str("CHATRAG_LLM_MODEL")
 CHATRAG_LLM_API_KEY = env_str("CHATRAG_LLM_API_KEY")
 CHATRAG_LLM_TIMEOUT = env_float("CHATRAG_LLM_TIMEOUT", 20.0, minimum=0.1)
 CHATRAG_REWRITE_TIMEOUT = env_float("CHATRAG_REWRITE_TIMEOUT", 8.0, minimum=0.1)
+# A turn's rewrite and searches together: past this the turn fails with its error frame, so
+# no message holds a turn's slot (and the user's rate allowance) for minutes (issue 38).
+# 0: the rewrite's timeout plus 30 s (a slow local model's 60 s rewrite keeps working).
+CHATRAG_TURN_BUDGET_S = (
+    env_float("CHATRAG_TURN_BUDGET_S", 0.0, minimum=0.0) or CHATRAG_REWRITE_TIMEOUT + 30.0
+)
 # An unfinished turn untouched for this long is one no process works on any more (beat's
 # recovery marks it failed). 0: longer than a live turn can go without writing (the model and
 # rewrite timeouts plus a minute).

@@ -32,6 +32,7 @@ from django.utils import timezone
 from conversations import frames
 from conversations.live import LIVE, REGISTRY, LiveTurn
 from conversations.models import Message
+from conversations.past import answers_unreadable
 from conversations.selectors import history_before
 from conversations.services import answer_finish, answer_start, answer_write, turn_fail
 from conversations.trace import announced_block, trace_fields, trace_with_timings
@@ -115,7 +116,10 @@ async def turn_run(*, message_id: int, emit: Emit, received_at: float | None = N
 
         # Answer: rewrite, search and decide; a reply that needs no answer step is stored
         # and sent...
-        plan = await plan_turn(turn.request, turn.backends, on_rewrite=announce)
+        plan = await _planned_or_stopped(turn, live.stop, announce)
+        if plan is None:  # stopped while it searched: the searches are cancelled
+            await _stopped_before_answer(turn, clock, emit)
+            return
         outcome = plan.outcome
         found = trace_fields(outcome, outcome.errors)
         if plan.kind != "answer":
@@ -190,6 +194,9 @@ def turn_context(message_id: int) -> TurnContext:
     # One message more than the window: the rewrite learns that the conversation started
     # before what it sees (retrieve keeps only the window).
     window = history_before(message=message, limit=settings.CHATRAG_REWRITE_WINDOW + 1)
+    # An earlier answer the owner may no longer read is not read again (issue 38, finding 12).
+    hidden = answers_unreadable(user=user, messages=window)
+    window = [m for m in window if m.id not in hidden]
     return turn_context_of(
         message,
         collection=collection,
@@ -277,6 +284,48 @@ async def _reply_at_once(
     await emit(
         frames.clarify(
             answer_id=reply.id, reply_to=reply_to, question=plan.reply, options=plan.options
+        )
+    )
+
+
+async def _planned_or_stopped(
+    turn: TurnContext,
+    stop: asyncio.Event,
+    announce: Callable[[RewriteAnnouncement], Awaitable[None]],
+) -> TurnPlan | None:
+    """Rewrite and search within the turn's budget; None when the user stops it first.
+
+    A stop cancels the rewrite and the searches it interrupts, at once, instead of being
+    read when retrieval ends (35 s after it was sent, issue 38, finding 2). Work already
+    handed to a thread (one embedding, one SQL statement) finishes there, bounded by its own
+    limits, and its result is dropped. Past CHATRAG_TURN_BUDGET_S the turn fails with
+    TimeoutError like any failed turn (the user gets the error frame and may ask again).
+    """
+    planning = asyncio.ensure_future(plan_turn(turn.request, turn.backends, on_rewrite=announce))
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        async with asyncio.timeout(settings.CHATRAG_TURN_BUDGET_S):
+            await asyncio.wait({planning, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        return planning.result() if planning.done() else None
+    finally:
+        stopped.cancel()
+        if not planning.done():
+            planning.cancel()
+            await asyncio.gather(planning, return_exceptions=True)
+
+
+async def _stopped_before_answer(turn: TurnContext, clock: _Clock, emit: Emit) -> None:
+    """Store and send a turn the user stopped before its answer: an empty stopped reply."""
+    found = trace_fields(None, ["stopped by the user before the search ended"])
+    reply = await _store_reply(turn, found, clock, Message.Status.STOPPED, "")
+    await emit(
+        frames.done(
+            answer_id=reply.id,
+            reply_to=turn.message.id,
+            status=Message.Status.STOPPED,
+            text="",
+            extractive=False,
+            timings_ms=clock.timings,
         )
     )
 

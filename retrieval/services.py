@@ -444,6 +444,10 @@ _known_lock = threading.Lock()
 _KNOWN_MAX_WORDS = 10_000
 
 
+# The longest word the vocabulary lookup takes (longer ones are not words of any document).
+MAX_WORD_CHARS = 64
+
+
 def _spellable(word: str) -> bool:
     """Short words and numbers are never corrected."""
     return len(word) >= 4 and not word.isdigit()
@@ -483,7 +487,10 @@ class VocabularyLexicon:
 
     def __call__(self, words: set[str]) -> LexiconView:
         # The whole window rarely passes a few hundred words; the cap only bounds abuse.
-        wanted = sorted(w for w in words if w)[:2000]
+        # No word of the corpus is longer than MAX_WORD_CHARS: a longer one is unknown, and
+        # is not looked up (pg_trgm's similarity on a 72,000-character "word", what 3,990
+        # copies of the ligature U+FDFA become, took 13.6 s: issue 38, finding 2).
+        wanted = sorted(w for w in words if w and len(w) <= MAX_WORD_CHARS)[:2000]
         if not wanted:
             return LexiconView()
         with _known_lock:

@@ -17,6 +17,12 @@ message to someone else's conversation) on one socket, then opens --flood-socket
 one user, and prints what came back and how many database transactions each flood cost
 (PostgreSQL's statistics, read 11 s after each: an idle row shows the noise).
 
+--worst-case runs the first of --steps ordinary users for --duration seconds alone, then
+again while one more user sends worst-case messages (the attacks of issue 38: "http://" +
+"a." x 2000, 3,990 copies of one Arabic ligature, and others, each up to 4,000 characters) at
+--worst-rate messages a minute (the default allowance, CHATRAG_RATE_LIMIT_PER_MINUTE), and
+prints the ordinary turns' p50/p95 both times and the worst-case turns' own times.
+
 --serve creates (or reuses) the database `--database` on the server the settings point to
 (the embedded one by default), migrates it, seeds the demo knowledge base and users
 (`manage.py seed_demo`), starts the fake model server (`chatrag.dev.fakemodel`) and daphne on
@@ -165,6 +171,100 @@ async def run_step(url: str, cookies: list[str], users: int, seconds: float, thi
     await asyncio.gather(*(_user(n, url, cookies[n], step, deadline, think) for n in range(users)))
     step.seconds = time.monotonic() - started
     return step
+
+
+# --- one user sending worst-case messages ------------------------------------------------------
+
+WORST_CASE = (
+    "http://" + "a." * 1996,
+    "\ufdfa" * 3990,  # 18 characters each once in NFKC
+    "Ana Maria " * 400,
+    "(" * 3999,
+    "1." * 2000,
+    "123.456.789-09 " * 266,
+)
+
+
+async def _attacker(
+    url: str, cookie: str, deadline: float, per_minute: float, out: list[dict[str, Any]]
+) -> None:
+    """Send worst-case messages at `per_minute`, each in a conversation of its own, waiting
+    for each turn's end (a user has one turn running at a time)."""
+    from websockets.asyncio.client import connect
+
+    ws_url = url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + "/ws/chat/"
+    headers = {"Cookie": f"sessionid={cookie}", "Origin": url}
+    gap = 60.0 / per_minute
+    async with await connect(ws_url, additional_headers=headers, open_timeout=30) as socket:
+        number = 0
+        while time.monotonic() < deadline:
+            text = WORST_CASE[number % len(WORST_CASE)][:4000]
+            number += 1
+            sent = time.monotonic()
+            start = time.perf_counter()
+            await socket.send(json.dumps({"type": "message", "conversation": None, "text": text}))
+            result: dict[str, Any] = {"chars": len(text), "kind": "timeout"}
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(TURN_TIMEOUT_S * 3):
+                    while True:
+                        event = json.loads(await socket.recv())
+                        kind = event.get("type")
+                        if kind in {"done", "error", "clarify"}:
+                            result["kind"] = f"{kind}:{event.get('code') or ''}".rstrip(":")
+                            break
+            result["ms"] = round((time.perf_counter() - start) * 1000, 1)
+            out.append(result)
+            await asyncio.sleep(max(0.0, sent + gap - time.monotonic()))
+
+
+async def run_worst_case(
+    url: str, cookies: list[str], users: int, seconds: float, think: float, per_minute: float
+) -> tuple[Step, list[dict[str, Any]]]:
+    """`users` ordinary users for `seconds` while the last cookie's user sends worst cases."""
+    step = Step(users=users)
+    attacks: list[dict[str, Any]] = []
+    started = time.monotonic()
+    deadline = started + seconds
+    ordinary = (_user(n, url, cookies[n], step, deadline, think) for n in range(users))
+    await asyncio.gather(*ordinary, _attacker(url, cookies[users], deadline, per_minute, attacks))
+    step.seconds = time.monotonic() - started
+    return step, attacks
+
+
+def run_worst(args: argparse.Namespace, url: str, users: int, model_ms: float) -> dict[str, Any]:
+    cookies = make_sessions(users + 1)
+    warm = asyncio.run(run_step(url, cookies, 1, 0.01, 0.0))
+    if not warm.completed:
+        raise SystemExit(f"the warm-up turn failed: {[t.failure for t in warm.turns]}")
+    alone = asyncio.run(run_step(url, cookies, users, args.duration, args.think))
+    beside, attacks = asyncio.run(
+        run_worst_case(url, cookies, users, args.duration, args.think, args.worst_rate)
+    )
+    return {
+        "alone": alone.summary(model_ms, args.budget_ms),
+        "beside_worst_case": beside.summary(model_ms, args.budget_ms),
+        "worst_case_turns": attacks,
+        "worst_rate_per_minute": args.worst_rate,
+    }
+
+
+def _worst_table(result: dict[str, Any]) -> str:
+    rows = [
+        {**result["alone"], "users": result["alone"]["users"]},
+        result["beside_worst_case"],
+    ]
+    lines = _table(rows).splitlines()
+    lines[1] += "   ordinary users alone"
+    lines[2] += "   beside one user sending worst-case messages"
+    attacks = result["worst_case_turns"]
+    times = sorted(a["ms"] for a in attacks)
+    kinds = sorted({a["kind"] for a in attacks})
+    lines.append(
+        f"worst-case turns: {len(attacks)} at {result['worst_rate_per_minute']:.0f}/min, "
+        f"end after {times[0] if times else 0:.0f}..{times[-1] if times else 0:.0f} ms "
+        f"({', '.join(kinds)})"
+    )
+    return "\n".join(lines)
 
 
 # --- sessions ---------------------------------------------------------------------------------
@@ -546,6 +646,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logs", default=str(BASE_DIR / ".var"), help="--serve: log folder")
     parser.add_argument("--flood", type=int, default=0, help="frames per type of one user's flood")
     parser.add_argument("--flood-sockets", type=int, default=50, help="--flood: sockets to open")
+    parser.add_argument(
+        "--worst-case", action="store_true", help="ordinary users beside one worst-case sender"
+    )
+    parser.add_argument("--worst-rate", type=float, default=20.0, help="worst cases a minute")
     args = parser.parse_args(argv)
     steps = [int(s) for s in args.steps.split(",") if s.strip()]
     if not args.serve and not args.url:
@@ -559,6 +663,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps({"url": url, **flooded}, indent=1))
+        return 0
+
+    if args.worst_case:
+        with serve(args) if args.serve else contextlib.nullcontext(args.url) as url:
+            worst = run_worst(args, url, steps[0], model_ms)
+        print(_worst_table(worst))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"url": url, **worst}, indent=1))
         return 0
 
     with serve(args) if args.serve else contextlib.nullcontext(args.url) as url:

@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from conversations.forms import FeedbackForm, RenameForm
 from conversations.models import Conversation, Message
+from conversations.past import messages_readable
 from conversations.selectors import (
     conversation_get,
     conversation_list,
@@ -119,7 +120,10 @@ def chat(request: AuthenticatedHttpRequest) -> HttpResponse:
 def conversation(request: AuthenticatedHttpRequest, conversation_id: int) -> HttpResponse:
     """A stored conversation; answers still being written continue over the WebSocket."""
     current = conversation_get(user=request.user, conversation_id=conversation_id)
-    stored = conversation_messages(conversation=current)
+    # Answers from documents the owner may no longer read show a note (issue 38, finding 12).
+    stored = messages_readable(
+        user=request.user, messages=conversation_messages(conversation=current)
+    )
     answer_ids = [m.id for m in stored if m.role == Message.Role.ASSISTANT]
     feedback = feedback_values(user=request.user, message_ids=answer_ids)
     context = _page_context(request, current)

@@ -267,4 +267,7 @@ def build_turns(messages_in_order: list[Message], feedback: dict[int, int]) -> l
         owner.blocks = answer_blocks(message.text, source_count=len(message.sources))
         owner.sources = source_cards(message.sources)
         owner.feedback = feedback.get(message.id, 0)
+        if getattr(message, "no_longer_available", False):
+            # Its rewrite block names what the answer came from (queries, options).
+            owner.trace = None
     return turns

@@ -176,7 +176,9 @@ async def answer_turn(
     view = None
     if lexicon is not None:
         view = await lexicon({t.norm for p in context for t in token_spans(p.text)})
-    built = extractive_choice(
+    # Off the event loop: the line choice is the answer step's CPU-bound work.
+    built = await asyncio.to_thread(
+        extractive_choice,
         question=outcome.masked_question,
         # A hypothetical answer (HyDE) is the model's guess: its words never choose a line.
         queries=[q.text for q in outcome.queries if q.type != "hyde"],

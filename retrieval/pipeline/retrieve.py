@@ -366,10 +366,14 @@ async def _rewritten(
         mask_money=settings.masking.mask_money,
     )
     masker = Masker(masking)
-    masked_question = masker.mask(question)
-    window = [HistoryMessage(m.role, masker.mask(m.text)) for m in history[-settings.window :]]
-    if settings.window == 0:
-        window = []
+
+    def masked() -> tuple[str, list[HistoryMessage]]:
+        kept = history[-settings.window :] if settings.window else []
+        return masker.mask(question), [HistoryMessage(m.role, masker.mask(m.text)) for m in kept]
+
+    # Off the event loop, like every CPU-bound step of a turn: a long message must not hold
+    # the other users' turns (issue 38, finding 2).
+    masked_question, window = await asyncio.to_thread(masked)
     timings["mask"] = _ms(t)
     inp = RewriteInput(
         question=masked_question,
@@ -560,10 +564,23 @@ async def _ranked(
     return merged, pinned, rerank
 
 
+# What of a query is embedded: the embedding models read 512 tokens at most (e5-small's
+# window), and a token is at least one character. The user's own words are searched whole on
+# the full-text leg, but never embedded past this: the engine's time grows faster than the
+# text, so a 4,000-character message ("http://" + "a." x 2000) took 14.5 s to embed and held
+# the one embedder every other turn waits for (issue 38, finding 2).
+EMBED_MAX_CHARS = 512
+
+
+def embedded_text(text: str) -> str:
+    """The part of a query's text that is embedded (see EMBED_MAX_CHARS)."""
+    return text[:EMBED_MAX_CHARS]
+
+
 def _embed(embedder: QueryEmbedder, queries: Sequence[SearchQuery]) -> list[list[float]]:
     """The queries' vectors in their order: a hypothetical answer embedded as a passage."""
-    vectors = embedder.embed_queries([q.text for q in queries if q.type != "hyde"])
-    hyde = [q.text for q in queries if q.type == "hyde"]
+    vectors = embedder.embed_queries([embedded_text(q.text) for q in queries if q.type != "hyde"])
+    hyde = [embedded_text(q.text) for q in queries if q.type == "hyde"]
     if hyde:
         as_passage = embedder.embed_passages if isinstance(embedder, PassageEmbedder) else None
         extra = (as_passage or embedder.embed_queries)(hyde)

@@ -666,3 +666,66 @@ async def test_thanks_after_an_answer_is_answered_politely_without_searching(
     user, answer, trace = await _stored(thanks)
     assert answer.sources == [] and answer.conversation_id == conversation_id
     assert trace.rewrite["no_search"] is True and trace.rewrite["small_talk"] == "thanks"
+
+
+# --- a stop during the searches, and the turn's budget (issue 38, finding 2) ----------------------
+
+
+@pytest.fixture
+def stalled_search(monkeypatch: pytest.MonkeyPatch, release: threading.Event) -> threading.Event:
+    """The search engine stalls until `release` (a search held by another user's load);
+    returns the event set once a search started."""
+    from retrieval.pipeline.search import SearchEngine
+
+    started = threading.Event()
+    search = SearchEngine.search_while_embedding
+
+    def stalled(self: SearchEngine, *args: Any, **kwargs: Any) -> Any:
+        started.set()
+        release.wait(WAIT_S)
+        return search(self, *args, **kwargs)
+
+    monkeypatch.setattr(SearchEngine, "search_while_embedding", stalled)
+    return started
+
+
+async def test_a_stop_during_the_searches_ends_the_turn_without_waiting_for_them(
+    small_kb: Any,
+    personas: dict[str, Any],
+    stalled_search: threading.Event,
+    release: threading.Event,
+    ws_settled: None,
+) -> None:
+    """The attack: a stop sent while a slow message was searched was honoured only when
+    retrieval ended (35 s later). It now cancels the searches it interrupts."""
+    message = await _store(personas["ana"], QUESTION)
+    frames: list[dict[str, Any]] = []
+
+    async def emit(event: dict[str, Any]) -> None:
+        frames.append(event)
+
+    start_turn(message_id=message.id, emit=emit, received_at=time.perf_counter())
+    (task,) = RUNNING
+    await asyncio.to_thread(stalled_search.wait, WAIT_S)
+    assert request_stop(message.id) is True
+    await asyncio.wait_for(task, WAIT_S)
+    assert not release.is_set()  # the search is still stalled: the turn did not wait for it
+    assert (frames[-1]["type"], frames[-1]["status"]) == ("done", "stopped")
+    answer = await database_sync_to_async(Message.objects.get)(reply_to=message)
+    assert (answer.status, answer.text) == ("stopped", "")
+    assert message.id not in LIVE
+
+
+async def test_a_turn_past_its_budget_fails_with_its_error_frame(
+    small_kb: Any,
+    personas: dict[str, Any],
+    settings: Any,
+    stalled_search: threading.Event,
+    release: threading.Event,
+) -> None:
+    settings.CHATRAG_TURN_BUDGET_S = 0.5
+    frames, message = await _turn(personas["ana"], QUESTION)
+    assert not release.is_set()
+    assert frames[-1]["type"] == "error" and frames[-1]["detail"] == "TimeoutError"
+    stored = await database_sync_to_async(Message.objects.get)(pk=message.pk)
+    assert stored.status == Message.Status.ERROR

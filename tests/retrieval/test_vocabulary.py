@@ -162,3 +162,22 @@ def test_a_readers_full_text_ranking_ignores_documents_they_cannot_read(
     assert before
     documents_delete(documents=Document.objects.filter(external_id="pt/faixas-salariais-2026"))
     assert ranking() == before
+
+
+def test_a_word_longer_than_any_word_of_the_corpus_is_not_looked_up(
+    small_kb: Any, personas: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """3,990 copies of U+FDFA are one 71,820-character word once folded; its pg_trgm
+    similarity against the vocabulary took 13.6 s (issue 38, finding 2)."""
+    looked_up: list[str] = []
+    original = VocabularyLexicon._look_up
+
+    def spy(self: VocabularyLexicon, conn: Any, words: list[str]) -> Any:
+        looked_up.extend(words)
+        return original(self, conn, words)
+
+    monkeypatch.setattr(VocabularyLexicon, "_look_up", spy)
+    huge = "ﷺ" * 3990
+    view = _lexicon(personas["ana"], small_kb)({huge, "ferias", "a" * 65})
+    assert looked_up == ["ferias"]
+    assert huge not in view.df and huge not in view.corrections

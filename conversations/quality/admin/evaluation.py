@@ -16,6 +16,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from conversations.quality.admin.filters import search_terms
 from conversations.quality.admin.forms import EvaluationRunForm
 from conversations.quality.admin.playground import may_use_playground, playground_view
 from conversations.quality.cases import eval_case_records
@@ -130,6 +131,26 @@ class EvalCaseAdmin(ListFilterLookupsOnly, admin.ModelAdmin[EvalCase]):
         if request.user.is_superuser:
             return fields
         return [f for f in fields if not f.startswith("relevant_documents")]
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[EvalCase], search_term: str
+    ) -> tuple[QuerySet[EvalCase], bool]:
+        """Match a case's question only as the list shows it (issue 38, finding 4): a
+        question that repeats a title the viewer may not read (a clicked option) is listed
+        with the placeholder, so `?q=<the title>` must not find it either."""
+        found, duplicates = super().get_search_results(request, queryset, search_term)
+        terms = search_terms(search_term)
+        if not terms or request.user.is_superuser:
+            return found, duplicates
+        keep = []
+        for pk, question, note, documents in found.values_list(
+            "pk", "question", "note", "history_documents"
+        ):
+            titles = _titles_unreadable(request, list(documents or [])) or ()
+            texts = (titles_scrubbed(question, titles).casefold(), (note or "").casefold())
+            if all(any(t in text for text in texts) for t in terms):
+                keep.append(pk)
+        return found.filter(pk__in=keep), duplicates
 
     def formfield_for_manytomany(
         self, db_field: ManyToManyField[Any, Any], request: HttpRequest, **kwargs: Any

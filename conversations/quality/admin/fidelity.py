@@ -106,13 +106,15 @@ def _turn(request: HttpRequest, trace: TurnTrace) -> tuple[TurnReview, list[Quer
             type=q.type,
             type_label=q.type_label,
             weight=q.weight,
-            reason=redactor.scrub(
+            # The reason names the carried topic: derived text.
+            reason=redactor.derived(
                 reason_for_query(
                     query_type=q.type,
                     reading=q.reading,
                     backend=rewrite.backend,
                     topic=rewrite.topic,
-                )
+                ),
+                question=question,
             ),
         )
         for q in turn.rewrite.queries

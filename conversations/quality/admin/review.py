@@ -31,6 +31,7 @@ from conversations.quality.admin.filters import (
     ReasonFilter,
     ReviewedFilter,
     RewriteCacheFilter,
+    search_terms,
 )
 from conversations.quality.cases import eval_case_create
 from conversations.quality.models import EvalCase
@@ -139,6 +140,47 @@ class RowTextMixin:
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return ScrubbedChangeList
 
+    # What the search matches of a row, as paths from the list's model: the row's
+    # conversation, a person's text the search reads, and the owner's username.
+    search_paths: tuple[str, str, str] = (
+        "message__conversation_id",
+        "masked_question",
+        "message__conversation__owner__username",
+    )
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        """The admin's search, matching only text the viewer may read (issue 38, finding 4).
+
+        The database matches the stored text; a row whose match needs a word the viewer sees
+        as "[restricted document]" (a clicked option is a restricted title) is dropped, or
+        the result count would spell the hidden title out word by word. Each row is checked
+        against its text as its own conversation's redactor shows it.
+        """
+        found, duplicates = super().get_search_results(  # type: ignore[misc]
+            request, queryset, search_term
+        )
+        terms = search_terms(search_term)
+        if not terms or request.user.is_superuser or not self.get_search_fields(request):  # type: ignore[attr-defined]
+            return found, duplicates
+        conversation, text, username = self.search_paths
+        rows = list(found.values_list("pk", conversation, text, username))
+        redactors = redactors_by_conversation(
+            viewer=_staff(request), conversation_ids={r[1] for r in rows}
+        )
+        readable: dict[Any, list[str]] = {}
+        for pk, conversation_id, stored, name in rows:
+            redactor = redactors.get(conversation_id)
+            shown = redactor.scrub(stored or "") if redactor is not None else (stored or "")
+            readable.setdefault(pk, []).extend([shown.casefold(), str(name or "").casefold()])
+        keep = [
+            pk
+            for pk, texts in readable.items()
+            if all(any(t in text for text in texts) for t in terms)
+        ]
+        return found.filter(pk__in=keep), duplicates
+
 
 def _shown(obj: Any) -> str:
     """The row's text as `ScrubbedChangeList` left it (nothing outside such a list)."""
@@ -182,6 +224,7 @@ class ConversationAdmin(
     date_hierarchy = "created_at"
     # The title comes from the raw first message: search owners and masked questions only.
     search_fields = ["owner__username", "messages__trace__masked_question"]
+    search_paths = ("pk", "messages__trace__masked_question", "owner__username")
     fields = ("owner", "created_at", "updated_at")
     readonly_fields = fields
     change_form_template = "admin/conversations/conversation/timeline.html"

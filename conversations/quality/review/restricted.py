@@ -13,7 +13,15 @@ source card, and any answer written from it, only if they may read the document 
   viewer may not read (the search evidence's notes name documents by id, also ones that are
   in no stored hit);
 - an assistant message in a later turn's window is hidden once an earlier answer of the
-  conversation was hidden (the window is the same text, masked).
+  conversation was hidden (the window is the same text, masked);
+- text derived from a document carries its permission (issue 38, finding 3): once a turn of
+  the conversation repeats an unreadable title (a clicked clarification option) or got an
+  answer the viewer may not read, the rules may carry any of its words into later turns
+  (the topic, the expanded queries, the notes, the clarification), a few words at a time that
+  replacing whole titles misses. From that turn on, that derived text is hidden whole
+  ("[restricted passage]"); the person's own words (the question, its original query) are
+  only scrubbed. Hiding whole, never word by word, so the page tells nothing of which words
+  a restricted title has.
 """
 
 from __future__ import annotations
@@ -79,11 +87,21 @@ class TurnRedactor:
             self.titles |= self._unreadable_titles(question, answer_of.get(question.id))
         # The first hidden answer: assistant text in later windows may repeat it.
         self._hidden_from: int | None = None
+        # The first question whose turn's derived text may repeat a restricted document's
+        # words: it repeats an unreadable title, or it follows a hidden answer.
+        self._derived_from: int | None = None
         for question in sorted(questions, key=lambda m: (m.created_at, m.id)):
+            if self._derived_from is None and (
+                self._hidden_from is not None or self._repeats_title(question.text)
+            ):
+                self._derived_from = question.id
             answer = answer_of.get(question.id)
-            if answer is not None and self.answer_hidden(answer=answer):
+            if (
+                answer is not None
+                and self._hidden_from is None
+                and self.answer_hidden(answer=answer)
+            ):
                 self._hidden_from = answer.id
-                break
 
     @classmethod
     def for_turn(cls, *, viewer: User, question: Message) -> TurnRedactor:
@@ -148,6 +166,21 @@ class TurnRedactor:
             return True
         text = answer.text.casefold()
         return any(t.casefold() in text for t in self.titles)
+
+    def _repeats_title(self, text: str) -> bool:
+        folded = text.casefold()
+        return any(t.casefold() in folded for t in self.titles)
+
+    def derived_hidden(self, *, question: Message) -> bool:
+        """Whether this turn's derived text (topic, rewritten queries, notes, clarification)
+        may carry words of a document the viewer may not read."""
+        return self._derived_from is not None and self._derived_from <= question.id
+
+    def derived(self, text: str, *, question: Message) -> str:
+        """Derived text of this turn as the viewer may see it: hidden whole, or scrubbed."""
+        if text and self.derived_hidden(question=question):
+            return str(RESTRICTED_PASSAGE)
+        return self.scrub(text)
 
     def window_hidden(self, *, question: Message) -> bool:
         """Whether assistant text in this turn's window may repeat a hidden answer."""

@@ -264,27 +264,33 @@ def _redact(
     for item in review.feedback:
         item.reason = scrub(item.reason)
     review.answer_error = scrub(review.answer_error)
+    _redact_corrections(review, redactor, question=question)
+
+    def derived(text: str) -> str:
+        return redactor.derived(text, question=question)
+
+    for query in review.rewrite.queries:
+        # The original query is the person's own words; every other one is derived.
+        query.text = scrub(query.text) if query.type == "original" else derived(query.text)
+    review.rewrite.notes = [derived(n) for n in review.rewrite.notes]
     # The searched words a quoted line says may be words carried from a restricted page.
     check = review.answer_check
     review.answer_check = replace(
         check,
         lines=tuple(
-            replace(line, says=tuple(w for w in line.says if scrub(w) == w)) for line in check.lines
+            replace(line, says=tuple(w for w in line.says if derived(w) == w))
+            for line in check.lines
         ),
     )
-    for query in review.rewrite.queries:
-        query.text = scrub(query.text)
-    review.rewrite.notes = [scrub(n) for n in review.rewrite.notes]
-    _redact_corrections(review, redactor, question=question)
-    review.rewrite.anomalies = [scrub(a) for a in review.rewrite.anomalies]
-    review.errors = [scrub(e) for e in review.errors]
-    review.rewrite.error = scrub(review.rewrite.error)
+    review.rewrite.anomalies = [derived(a) for a in review.rewrite.anomalies]
+    review.errors = [derived(e) for e in review.errors]
+    review.rewrite.error = derived(review.rewrite.error)
     clarification = review.rewrite.clarification
     if clarification is not None:
         review.rewrite.clarification = replace(
             clarification,
-            question=scrub(clarification.question),
-            options=tuple(scrub(o) for o in clarification.options),
+            question=derived(clarification.question),
+            options=tuple(derived(o) for o in clarification.options),
         )
 
 

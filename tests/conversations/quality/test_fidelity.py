@@ -42,7 +42,6 @@ PUBLIC_ID = "pt/ferias-regras-gerais"
 PUBLIC_TITLE = "Férias: regras gerais"
 SECRETS = (SALARY_ID, SALARY_TITLE, SALARY_FACT, "13.200")
 PLACEHOLDER_PASSAGE = "[restricted passage]"
-PLACEHOLDER_DOCUMENT = "[restricted document]"
 EMAIL = "ana.souza@example.com"
 POLICY = "rules-2026.12.1"
 
@@ -382,7 +381,9 @@ def test_restricted_text_is_hidden_from_a_reviewer_outside_the_group(
     html = _page(vera, restricted_window)
     for secret in SECRETS:
         assert secret not in html, secret
-    assert PLACEHOLDER_PASSAGE in html and PLACEHOLDER_DOCUMENT in html
+    # The window's answer and the derived queries are hidden whole (issue 38, finding 3: the
+    # expanded query carries words of a restricted document after a hidden answer).
+    assert html.count(PLACEHOLDER_PASSAGE) >= 2
     assert "e para o nível 4?" in html  # the question itself is hers to judge
     listing = _client(vera).get(reverse("admin:quality_rewritefidelity_changelist"))
     assert "e para o nível 4?" in listing.content.decode()

@@ -681,3 +681,127 @@ def test_an_evaluation_case_marked_by_a_group_member_keeps_its_answers_from_vera
     case.refresh_from_db()
     assert SALARY_FACT in json.dumps(case.history, ensure_ascii=False)
     assert case.question == "e as férias?"
+
+
+# --- issue 38, finding 3: text derived from a restricted document --------------------------
+
+CARRIED = "faixas salariais"  # words of the restricted title, not the whole title
+
+
+@pytest.mark.parametrize("answered", [True, False])
+def test_a_topic_carried_from_a_clicked_restricted_title_is_hidden_from_staff_outside_the_group(
+    talk: Talk, vera: User, helena: User, documents: dict[str, Document], answered: bool
+) -> None:
+    """The attack: Rita (in the group) clicks the restricted title offered as a clarification
+    option and asks a follow-up; the rules carry the title's words into the follow-up's
+    queries, notes and topic, and Vera (staff, outside the group) read them on the timeline,
+    the turn's page and the rewrite fidelity page. The words are not the whole title, so
+    replacing titles missed them. Whether or not the clicked turn found an answer (a hidden
+    answer is a second way the words arrive), the follow-up's derived text is hidden."""
+    salary = documents["salary"]
+    _turn(
+        talk.conversation,
+        SALARY_TITLE,
+        hits=[(SALARY_ID, SALARY_TITLE)],
+        answer=f"A faixa do {SALARY_SECTION} vai de {SALARY_FACT} [1]." if answered else "?",
+        sources=[{"n": 1, "document_id": salary.pk, "title": SALARY_TITLE}] if answered else [],
+    )
+    follow_up = _turn(
+        talk.conversation,
+        "e para estagiários?",
+        hits=[(PUBLIC_ID, PUBLIC_TITLE)],
+        answer="Não encontrei.",
+        sources=[],
+        rewrite={
+            "topic": CARRIED,
+            "notes": [
+                f"carry_topic: follow-up (ellipsis 'e'): carried '{CARRIED}' from the previous "
+                "user turn"
+            ],
+            "queries": [{"text": f"{CARRIED} estagiários", "type": "expand", "weight": 1.0}],
+        },
+    )
+    follow_up.search = {
+        **follow_up.search,
+        "queries": [
+            {"text": "e para estagiários?", "type": "original", "weight": 1.0},
+            {"text": f"{CARRIED} estagiários", "type": "expand", "weight": 1.0},
+        ],
+    }
+    follow_up.save(update_fields=["search"])
+    pages = [
+        reverse("admin:conversations_conversation_change", args=[talk.conversation.pk]),
+        reverse("admin:conversations_turntrace_change", args=[follow_up.pk]),
+    ]
+    for url in pages:
+        html = _get(vera, url)
+        _assert_hidden(html)
+        assert CARRIED not in html.casefold(), url
+        assert "e para estagiários?" in html  # Rita's own words stay
+        assert CARRIED in _get(helena, url).casefold(), url
+
+
+# --- issue 38, finding 4: the admin's search is no oracle on hidden text -----------------------
+
+
+def _search_count(user: User, name: str, q: str) -> int:
+    client = Client()
+    client.force_login(user)
+    params = {"q": q, **({"review": "all"} if name == "attentionturn" else {})}
+    response = client.get(reverse(f"admin:conversations_{name}_changelist"), params)
+    assert response.status_code == 200
+    return int(response.context["cl"].result_count)
+
+
+@pytest.mark.parametrize("name", ["conversation", "turntrace", "attentionturn"])
+def test_the_admin_search_never_matches_a_title_the_viewer_sees_as_a_placeholder(
+    talk: Talk, vera: User, helena: User, name: str
+) -> None:
+    """The attack: Rita clicked the restricted title (her question is the title); Vera
+    (staff, outside the group) searched `?q=<the title>` and got "1 result" while the row
+    showed [restricted document], so the title could be guessed word by word."""
+    trace = _turn(
+        talk.conversation,
+        SALARY_TITLE,
+        hits=[(SALARY_ID, SALARY_TITLE)],
+        answer="?",
+        sources=[],
+    )
+    Feedback.objects.create(
+        message=Message.objects.get(reply_to=trace.message), user=talk.conversation.owner, value=-1
+    )
+    for q in (SALARY_TITLE, "salariais", f'"{SALARY_TITLE}"'):
+        assert _search_count(vera, name, q) == 0, q
+        assert _search_count(helena, name, q) >= 1, q
+    # What Vera may read is still found: Rita's own words, and her username.
+    assert _search_count(vera, name, "nível 3") >= 1
+    assert _search_count(vera, name, "rita") >= 1
+
+
+def test_the_evaluation_case_search_never_matches_a_title_the_viewer_sees_as_a_placeholder(
+    documents: dict[str, Document], personas: dict[str, User]
+) -> None:
+    """A case saved by a member of the group from a clicked option has the restricted title
+    as its question; the list shows Vera the placeholder, and its search found it."""
+    case = EvalCase.objects.create(
+        collection=default_collection(),
+        question=SALARY_TITLE,
+        history_documents=[documents["salary"].pk],
+        category=EvalCase.Category.FOLLOW_UP,
+        language="pt",
+    )
+    vera = _staff("vera", rights=["view_evalcase"])
+    helena = _staff("helena", rights=["view_evalcase"], group=True)
+    url = reverse("admin:quality_evalcase_changelist")
+
+    def found(user: User, q: str) -> list[int]:
+        client = Client()
+        client.force_login(user)
+        response = client.get(url, {"q": q})
+        assert response.status_code == 200
+        return [c.pk for c in response.context["cl"].result_list]
+
+    for q in (SALARY_TITLE, "salariais"):
+        assert found(vera, q) == [], q
+        assert found(helena, q) == [case.pk], q
+    assert found(vera, "") == [case.pk]  # listed, with the placeholder
