@@ -25,7 +25,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from .chunking import Section
+from .chunking import HEADING_MAX_CHARS, TITLE_MAX_CHARS, Section, clip, heading_path
 
 SUPPORTED_SUFFIXES = {".md", ".markdown", ".txt", ".html", ".htm", ".pdf", ".docx"}
 
@@ -92,7 +92,7 @@ def _heading_text(rest: str) -> str:
     """A heading's text without its optional closing #s and the spaces around them."""
     text = rest.rstrip()
     bare = text.rstrip("#").rstrip()
-    return (bare or text[:1]).strip()
+    return clip((bare or text[:1]).strip(), HEADING_MAX_CHARS)
 
 
 def _front_matter(text: str) -> tuple[dict[str, str], str]:
@@ -130,7 +130,7 @@ def parse_markdown(text: str, fallback_title: str) -> ParsedDocument:
     def flush() -> None:
         chunk = "\n".join(buffer).strip()
         if chunk:
-            sections.append(Section(" › ".join(h for _, h in stack), chunk))
+            sections.append(Section(heading_path([h for _, h in stack]), chunk))
         buffer.clear()
 
     for line in body.splitlines():
@@ -181,7 +181,7 @@ class _HTMLSections(HTMLParser):
         text = _HTML_SPACES.sub(" ", "".join(self._buffer))
         text = _HTML_BLANK_LINES.sub("\n\n", text).strip()
         if text:
-            self.sections.append(Section(" › ".join(self._heading), text))
+            self.sections.append(Section(heading_path(self._heading), text))
         self._buffer = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -205,7 +205,7 @@ class _HTMLSections(HTMLParser):
         if tag == "title":
             self._in_title = False
         elif self._in_heading is not None and tag == f"h{self._in_heading}":
-            heading = " ".join("".join(self._heading_text).split())
+            heading = clip(" ".join("".join(self._heading_text).split()), HEADING_MAX_CHARS)
             level = self._in_heading
             self._in_heading = None
             if level == 1 and (not self.title or heading == self.title):
@@ -425,7 +425,7 @@ def parse_docx(
     def flush() -> None:
         chunk = "\n\n".join(buffer).strip()
         if chunk:
-            sections.append(Section(" › ".join(h for _, h in stack), chunk))
+            sections.append(Section(heading_path([h for _, h in stack]), chunk))
         buffer.clear()
 
     for para in document.paragraphs:
@@ -438,6 +438,7 @@ def parse_docx(
         match = _DOCX_HEADING.match(style)
         if style == "Title" or match:
             flush()
+            text = clip(text, HEADING_MAX_CHARS)
             level = int(match.group(1)) if match else 0
             if level <= 1 and not title:
                 title = text
@@ -485,6 +486,8 @@ def parse_file(
             parsed = parse_markdown(text, fallback)
     if not parsed.text.strip():
         raise ParseError("no text could be extracted")
+    if len(parsed.title) > TITLE_MAX_CHARS:  # front matter, <title>, PDF or DOCX metadata
+        parsed.title = clip(parsed.title, TITLE_MAX_CHARS)
     return parsed
 
 

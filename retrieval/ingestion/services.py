@@ -32,7 +32,14 @@ from retrieval.partitions import partition_analyze, partition_ensure
 from retrieval.pipeline.search import VOCABULARY_REBUILD_SQL
 from retrieval.services import default_language
 
-from .chunking import ChunkDraft, Section, chunk_sections
+from .chunking import (
+    HEADING_PATH_MAX_CHARS,
+    TITLE_MAX_CHARS,
+    ChunkDraft,
+    Section,
+    chunk_sections,
+    clip,
+)
 from .parsers import (
     SUPPORTED_SUFFIXES,
     ParsedDocument,
@@ -232,7 +239,12 @@ def _checksum(source: SourceDocument, embedder: Embedder) -> str:
 
 
 def embedding_text(title: str, heading: str, text: str) -> str:
-    """What is embedded for a chunk: its text with the title and heading as context."""
+    """What is embedded for a chunk: its text with the title and heading as context.
+
+    Both are bounded here too (the parsers bound what they read): corpus records and
+    documents stored before the bound came in carry theirs as given.
+    """
+    title, heading = clip(title, TITLE_MAX_CHARS), clip(heading, HEADING_PATH_MAX_CHARS)
     context = " › ".join(part for part in (title, heading) if part)
     return f"{context}\n{text}" if context else text
 
