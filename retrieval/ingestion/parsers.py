@@ -160,8 +160,24 @@ _HTML_SPACES = re.compile(r"[ \t]+")
 _HTML_BLANK_LINES = re.compile(r"\n\s*\n+")
 
 
+# An element a browser does not show (issue 38, finding 5: a `<p style="display:none">` was
+# indexed and quoted): what it holds is not indexed either.
+_HIDDEN_STYLE = re.compile(r"(?:^|;)\s*(?:display\s*:\s*none|visibility\s*:\s*hidden)", re.I)
+# Elements that have no end tag: a hidden one hides nothing after it.
+_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source"}
+
+
+def _hidden(attrs: list[tuple[str, str | None]]) -> bool:
+    for name, value in attrs:
+        if name == "hidden" or (name == "aria-hidden" and (value or "").lower() == "true"):
+            return True
+        if name == "style" and value and _HIDDEN_STYLE.search(value):
+            return True
+    return False
+
+
 class _HTMLSections(HTMLParser):
-    _SKIP = {"script", "style", "nav", "footer", "head"}
+    _SKIP = {"script", "style", "nav", "footer", "head", "template", "noscript"}
     _BLOCK = {"p", "div", "li", "br", "tr", "section", "article", "table", "ul", "ol"}
 
     def __init__(self, max_elements: int = DEFAULT_LIMITS.max_html_elements) -> None:
@@ -176,6 +192,9 @@ class _HTMLSections(HTMLParser):
         self._in_title = False
         self._in_heading: int | None = None
         self._heading_text: list[str] = []
+        # The hidden element being skipped, and how many of its tag are open inside it.
+        self._hidden_tag = ""
+        self._hidden_depth = 0
 
     def _flush(self) -> None:
         text = _HTML_SPACES.sub(" ", "".join(self._buffer))
@@ -188,6 +207,12 @@ class _HTMLSections(HTMLParser):
         self._elements += 1
         if self._elements > self._max_elements:
             raise ParseError(f"more than {self._max_elements:,} HTML elements")
+        if self._hidden_tag:
+            self._hidden_depth += tag == self._hidden_tag
+            return
+        if tag not in _VOID and _hidden(attrs):
+            self._hidden_tag, self._hidden_depth = tag, 1
+            return
         if tag in self._SKIP:
             self._skip += 1
         if tag == "title":
@@ -200,6 +225,12 @@ class _HTMLSections(HTMLParser):
             self._buffer.append("\n\n" if tag in {"p", "div", "section", "article"} else "\n")
 
     def handle_endtag(self, tag: str) -> None:
+        if self._hidden_tag:
+            if tag == self._hidden_tag:
+                self._hidden_depth -= 1
+                if not self._hidden_depth:
+                    self._hidden_tag = ""
+            return
         if tag in self._SKIP and self._skip:
             self._skip -= 1
         if tag == "title":
@@ -215,6 +246,8 @@ class _HTMLSections(HTMLParser):
                 self._heading = self._heading[: max(0, level - 2)] + [heading]
 
     def handle_data(self, data: str) -> None:
+        if self._hidden_tag:
+            return
         if self._in_title:
             self.title = self.title or data.strip()
         elif self._in_heading is not None:
