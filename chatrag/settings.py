@@ -185,6 +185,16 @@ else:
 # The cache every process shares: the chat's per-user rate limit (conversations.live) is
 # counted in it, once for all web replicas. Without Redis: a database table, which `migrate`
 # creates (conversations.apps runs createcachetable after it).
+# Issue 38, finding 11: the database cache's counter is not atomic across processes (two
+# frames on two processes may both read one count), so production (debug off) refuses it
+# unless the deployment says it runs a single web process (CHATRAG_SINGLE_WEB_PROCESS=1).
+CHATRAG_SINGLE_WEB_PROCESS = env_bool("CHATRAG_SINGLE_WEB_PROCESS", False)
+if not DEBUG and not REDIS_URL and not CHATRAG_SINGLE_WEB_PROCESS:
+    raise ImproperlyConfigured(
+        "REDIS_URL is unset: production needs Redis for the chat's rate limits and socket "
+        "caps, whose counts must be atomic across web processes (the database cache's are "
+        "not). Set REDIS_URL, or CHATRAG_SINGLE_WEB_PROCESS=1 if exactly one web process runs."
+    )
 # CHATRAG_CACHE_KEY_PREFIX keeps deployments (or test runs) sharing one Redis apart.
 _cache_prefix = env_str("CHATRAG_CACHE_KEY_PREFIX", "chatrag")
 CACHES: dict[str, dict[str, Any]]

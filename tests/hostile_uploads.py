@@ -123,7 +123,60 @@ def _text_lines(count: int) -> bytes:
     return b"BT /F1 8 Tf 10 800 Td " + line * count + b"ET"
 
 
+def _giant_heading(path: Path) -> None:
+    """Issue 38's upload: one `## ` heading of 800 KB of words, then 290 small sections."""
+    words = ("política de férias e benefícios " * 26_000)[:800_000]
+    sections = "".join(f"### Seção {i}\n\n{PROSE}\n\n" for i in range(290))
+    path.write_text(f"# Manual\n\n## {words}\n\n{PROSE}\n\n{sections}", encoding="utf-8")
+
+
+def _deep_headings(path: Path) -> None:
+    """Six heading levels, each heading 20 KB of words, repeated under text: long paths."""
+    heading = ("regra " * 3_400).strip()
+    block = "".join(f"{'#' * level} {heading} {level}\n\n{PROSE}\n\n" for level in range(1, 7))
+    path.write_text(block * 7, encoding="utf-8")
+
+
+def _table_md(path: Path) -> None:
+    """A Markdown table of 30 columns and 2,500 rows, one line per row (about 900 KB)."""
+    row = "|" + "|".join(f" c{i} val " for i in range(30)) + "|\n"
+    path.write_text("# Tabela\n\n" + row + "|---" * 30 + "|\n" + row * 2_500, encoding="utf-8")
+
+
+def _table_html(path: Path) -> None:
+    """An HTML table of 40,000 cells (about 700 KB)."""
+    cells = "<td>valor 12,5</td>" * 40
+    body = f"<tr>{cells}</tr>" * 1_000
+    path.write_text(f"<h1>Tabela</h1><table>{body}</table>", encoding="utf-8")
+
+
 HOSTILE_UPLOADS: list[HostileUpload] = [
+    # Round three (issue 38, finding 1): text derived from the document and embedded with
+    # every passage (heading paths, titles) must be bounded, whatever its length in the file.
+    HostileUpload(
+        "giant_heading.md",
+        _giant_heading,
+        PARSED,
+        "the attack's 812 KB: one 800 KB '## ' heading followed by 290 small sections",
+    ),
+    HostileUpload(
+        "deep_headings.md",
+        _deep_headings,
+        PARSED,
+        "six levels of 20 KB headings, seven times: 120 KB heading paths",
+    ),
+    HostileUpload(
+        "table_rows.md", _table_md, PARSED + "|" + TOO_LONG, "a 2,500-row Markdown table"
+    ),
+    HostileUpload(
+        "table_cells.html", _table_html, PARSED + "|" + TOO_LONG, "an HTML table of 40,000 cells"
+    ),
+    HostileUpload(
+        "long_line.txt",
+        _text(("x" * 999 + " ") * 950),
+        PARSED + "|" + TOO_LONG,
+        "950 KB in one line of 1,000-character words",
+    ),
     # Markdown: the heading regex was cubic in a heading line's length (24 s for 2 KB).
     HostileUpload(
         "heading_spaces.md",

@@ -172,6 +172,7 @@ PRODUCTION = {
     "DJANGO_SECRET_KEY": "x9" * 30 + "-production-like-test-key",
     # Settings never connect: any well-formed URL will do.
     "DATABASE_URL": "postgresql://chatrag:secret@db.invalid:5432/chatrag",
+    "REDIS_URL": "redis://redis.invalid:6379/0",
 }
 
 
@@ -238,7 +239,6 @@ def test_deploy_checks_pass_with_production_settings() -> None:
         "CHATRAG_HSTS_INCLUDE_SUBDOMAINS": "1",
         "CHATRAG_HSTS_PRELOAD": "1",
     }
-    env.pop("REDIS_URL", None)
     done = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
         cwd=BASE_DIR,
@@ -377,3 +377,33 @@ def test_readme_manage_py_lines_work_with_the_env_file_make_writes(tmp_path: Pat
     done = run()
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert "0001_initial" in done.stdout  # read from the embedded database
+
+
+# --- the rate limits' cache (issue 38, finding 11) ----------------------------------------------
+
+
+def test_production_without_redis_refuses_the_database_cache_for_the_rate_limits() -> None:
+    env = {k: v for k, v in PRODUCTION.items() if k != "REDIS_URL"}
+    done = _probe(env)
+    assert done.returncode != 0
+    assert "ImproperlyConfigured: REDIS_URL is unset" in done.stderr
+    assert "CHATRAG_SINGLE_WEB_PROCESS=1" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "backend"),
+    [
+        ({}, "RedisCache"),
+        ({"REDIS_URL": "", "CHATRAG_SINGLE_WEB_PROCESS": "1"}, "DatabaseCache"),
+    ],
+)
+def test_production_counts_limits_in_redis_or_a_declared_single_process(
+    extra: dict[str, str], backend: str
+) -> None:
+    code = (
+        "import django; django.setup(); from django.conf import settings; "
+        "print(settings.CACHES['default']['BACKEND'].rsplit('.', 1)[-1])"
+    )
+    done = _probe({**PRODUCTION, **extra}, code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == backend

@@ -85,6 +85,88 @@ def stop_process(process: subprocess.Popen[bytes], timeout: float = 10) -> None:
             process.wait(timeout=5)
 
 
+def start_child(command: list[str]) -> subprocess.Popen[bytes]:
+    """Start a child in a process group of its own, which `stop_children` ends whole.
+
+    Issue 38, finding 8: `celery worker -B` starts beat as a grandchild, which outlived
+    Ctrl-C every time. In its own session a child and whatever it starts share one group;
+    the terminal's Ctrl-C reaches this process only, and this process ends each group.
+    """
+    return subprocess.Popen(command, cwd=BASE_DIR, start_new_session=True)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member we may not signal: not ours to wait for
+        return False
+    return True
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_children(children: list[subprocess.Popen[bytes]], timeout: float = 10) -> None:
+    """SIGTERM every child's process group, then SIGKILL what is left of it after `timeout`.
+
+    Each group is ended even when its leader has exited already: a grandchild (beat) may
+    still be running in it.
+    """
+    for child in children:
+        _signal_group(child.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for child in children:
+        try:
+            child.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        while _group_alive(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _signal_group(child.pid, signal.SIGKILL)
+        try:
+            child.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def supervise(commands: list[tuple[str, list[str]]], *, stop_timeout: float = 10) -> int:
+    """Run these children until SIGINT or SIGTERM (0) or one of them exits (1); end them all.
+
+    Whatever happens, every child's process group is ended before this returns.
+    """
+    children: list[subprocess.Popen[bytes]] = []
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for _, command in commands:
+            children.append(start_child(command))
+        while not stopping and all(child.poll() is None for child in children):
+            time.sleep(0.2)
+        if stopping:
+            print("\nstopping...")
+            return 0
+        name, dead = next(
+            (n, c) for (n, _), c in zip(commands, children, strict=True) if c.poll() is not None
+        )
+        print(f"\nthe {name} exited ({dead.returncode}); stopping")
+        return 1
+    finally:
+        stop_children(children, timeout=stop_timeout)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _start_local_model(stack: ExitStack) -> None:
     """Serve the local model in this process; the children inherit settings pointing at it."""
     from . import localmodel
@@ -110,7 +192,6 @@ def main() -> int:
 
         started_db = devdb._running_info() is None
         devdb.ensure_running()
-    children: list[subprocess.Popen[bytes]] = []
     local_model = ExitStack()
     try:
         if env_bool("CHATRAG_LOCAL_MODEL"):
@@ -127,43 +208,12 @@ def main() -> int:
         var_dir = Path(os.environ.get("CHATRAG_VAR_DIR", BASE_DIR / ".var"))
         var_dir.mkdir(parents=True, exist_ok=True)
         worker += ["-B", "--schedule", str(var_dir / "celerybeat-schedule")]
-        children.append(subprocess.Popen(worker, cwd=BASE_DIR))
-        children.append(subprocess.Popen(daphne_command(host, port), cwd=BASE_DIR))
         print(f"\nchatrag is running on http://{host}:{port}/  (Ctrl-C stops everything)\n")
-        # Ctrl-C reaches the children too (same process group); stop on it, or on SIGTERM,
-        # and report a child that died on its own.
-        stopping = False
-
-        def stop(signum: int, frame: object) -> None:
-            nonlocal stopping
-            stopping = True
-
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGTERM, stop)
-        while not stopping and all(child.poll() is None for child in children):
-            time.sleep(0.2)
-        if stopping:
-            print("\nstopping...")
-            return 0
-        name, dead = next(
-            (n, c)
-            for n, c in zip(("worker", "web server"), children, strict=True)
-            if c.poll() is not None
-        )
-        print(f"\nthe {name} exited ({dead.returncode}); stopping")
-        return 1
-    except KeyboardInterrupt:
+        return supervise([("worker", worker), ("web server", daphne_command(host, port))])
+    except KeyboardInterrupt:  # before the children started
         print("\nstopping...")
         return 0
     finally:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        for child in children:
-            try:
-                child.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                child.kill()
         local_model.close()
         if started_db:
             from chatrag.dev import db as devdb

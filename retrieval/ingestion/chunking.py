@@ -5,8 +5,28 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+# Text derived from a document and embedded with each of its passages (issue 38, finding 1):
+# an 800 KB heading was joined into every passage's embedding text (290 copies, 1.5 GB). A
+# heading or a title longer than a sentence is not a heading, so it is cut here, once.
+HEADING_MAX_CHARS = 200
+HEADING_PATH_MAX_CHARS = 500
+TITLE_MAX_CHARS = 300
+
 _SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+")
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
+
+
+def clip(text: str, limit: int) -> str:
+    """Cut text to at most `limit` characters, at a word when one ends in the second half."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", limit // 2, limit)
+    return text[: cut if cut != -1 else limit].rstrip() + "…"
+
+
+def heading_path(headings: list[str]) -> str:
+    """Join a heading path ("Férias › Quem tem direito"), each heading and the whole bounded."""
+    return clip(" › ".join(clip(h, HEADING_MAX_CHARS) for h in headings), HEADING_PATH_MAX_CHARS)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@
 - A worker killed mid-job (kill -9, out of memory, a host restart) cannot mark its job. The
   stale-job sweep does, when a worker starts and before a job is queued: a running job whose
   process is gone (same host, dead pid) or whose heartbeat is older than STALE_AFTER is
-  marked FAILED and queued again as a new job, up to MAX_ATTEMPTS in all, unless it died
+  marked FAILED and queued again as a new job, up to MAX_ATTEMPTS (two) in all, unless it died
   while reading a file (the heartbeat names the file being read): that job failed on its own
   input, and running it again would only kill the next worker, so it is not queued again.
   (Parsing runs in a child process with a time and memory limit, so this is the last line.)
@@ -57,7 +57,9 @@ from .services import (
 
 logger = logging.getLogger(__name__)
 STALE_AFTER = timedelta(minutes=15)
-MAX_ATTEMPTS = 3
+# Two: a job whose worker was killed twice (an upload that exhausts memory after its parse,
+# say) is marked failed for good; a third try only takes down a third worker (issue 38).
+MAX_ATTEMPTS = 2
 # Carried from a job to the one that retries it.
 _RETRY_KEYS = ("retry_of", "attempt")
 

@@ -25,7 +25,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from .chunking import Section
+from .chunking import HEADING_MAX_CHARS, TITLE_MAX_CHARS, Section, clip, heading_path
 
 SUPPORTED_SUFFIXES = {".md", ".markdown", ".txt", ".html", ".htm", ".pdf", ".docx"}
 
@@ -92,7 +92,7 @@ def _heading_text(rest: str) -> str:
     """A heading's text without its optional closing #s and the spaces around them."""
     text = rest.rstrip()
     bare = text.rstrip("#").rstrip()
-    return (bare or text[:1]).strip()
+    return clip((bare or text[:1]).strip(), HEADING_MAX_CHARS)
 
 
 def _front_matter(text: str) -> tuple[dict[str, str], str]:
@@ -130,7 +130,7 @@ def parse_markdown(text: str, fallback_title: str) -> ParsedDocument:
     def flush() -> None:
         chunk = "\n".join(buffer).strip()
         if chunk:
-            sections.append(Section(" › ".join(h for _, h in stack), chunk))
+            sections.append(Section(heading_path([h for _, h in stack]), chunk))
         buffer.clear()
 
     for line in body.splitlines():
@@ -160,8 +160,24 @@ _HTML_SPACES = re.compile(r"[ \t]+")
 _HTML_BLANK_LINES = re.compile(r"\n\s*\n+")
 
 
+# An element a browser does not show (issue 38, finding 5: a `<p style="display:none">` was
+# indexed and quoted): what it holds is not indexed either.
+_HIDDEN_STYLE = re.compile(r"(?:^|;)\s*(?:display\s*:\s*none|visibility\s*:\s*hidden)", re.I)
+# Elements that have no end tag: a hidden one hides nothing after it.
+_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source"}
+
+
+def _hidden(attrs: list[tuple[str, str | None]]) -> bool:
+    for name, value in attrs:
+        if name == "hidden" or (name == "aria-hidden" and (value or "").lower() == "true"):
+            return True
+        if name == "style" and value and _HIDDEN_STYLE.search(value):
+            return True
+    return False
+
+
 class _HTMLSections(HTMLParser):
-    _SKIP = {"script", "style", "nav", "footer", "head"}
+    _SKIP = {"script", "style", "nav", "footer", "head", "template", "noscript"}
     _BLOCK = {"p", "div", "li", "br", "tr", "section", "article", "table", "ul", "ol"}
 
     def __init__(self, max_elements: int = DEFAULT_LIMITS.max_html_elements) -> None:
@@ -176,18 +192,27 @@ class _HTMLSections(HTMLParser):
         self._in_title = False
         self._in_heading: int | None = None
         self._heading_text: list[str] = []
+        # The hidden element being skipped, and how many of its tag are open inside it.
+        self._hidden_tag = ""
+        self._hidden_depth = 0
 
     def _flush(self) -> None:
         text = _HTML_SPACES.sub(" ", "".join(self._buffer))
         text = _HTML_BLANK_LINES.sub("\n\n", text).strip()
         if text:
-            self.sections.append(Section(" › ".join(self._heading), text))
+            self.sections.append(Section(heading_path(self._heading), text))
         self._buffer = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self._elements += 1
         if self._elements > self._max_elements:
             raise ParseError(f"more than {self._max_elements:,} HTML elements")
+        if self._hidden_tag:
+            self._hidden_depth += tag == self._hidden_tag
+            return
+        if tag not in _VOID and _hidden(attrs):
+            self._hidden_tag, self._hidden_depth = tag, 1
+            return
         if tag in self._SKIP:
             self._skip += 1
         if tag == "title":
@@ -200,12 +225,18 @@ class _HTMLSections(HTMLParser):
             self._buffer.append("\n\n" if tag in {"p", "div", "section", "article"} else "\n")
 
     def handle_endtag(self, tag: str) -> None:
+        if self._hidden_tag:
+            if tag == self._hidden_tag:
+                self._hidden_depth -= 1
+                if not self._hidden_depth:
+                    self._hidden_tag = ""
+            return
         if tag in self._SKIP and self._skip:
             self._skip -= 1
         if tag == "title":
             self._in_title = False
         elif self._in_heading is not None and tag == f"h{self._in_heading}":
-            heading = " ".join("".join(self._heading_text).split())
+            heading = clip(" ".join("".join(self._heading_text).split()), HEADING_MAX_CHARS)
             level = self._in_heading
             self._in_heading = None
             if level == 1 and (not self.title or heading == self.title):
@@ -215,6 +246,8 @@ class _HTMLSections(HTMLParser):
                 self._heading = self._heading[: max(0, level - 2)] + [heading]
 
     def handle_data(self, data: str) -> None:
+        if self._hidden_tag:
+            return
         if self._in_title:
             self.title = self.title or data.strip()
         elif self._in_heading is not None:
@@ -425,7 +458,7 @@ def parse_docx(
     def flush() -> None:
         chunk = "\n\n".join(buffer).strip()
         if chunk:
-            sections.append(Section(" › ".join(h for _, h in stack), chunk))
+            sections.append(Section(heading_path([h for _, h in stack]), chunk))
         buffer.clear()
 
     for para in document.paragraphs:
@@ -438,6 +471,7 @@ def parse_docx(
         match = _DOCX_HEADING.match(style)
         if style == "Title" or match:
             flush()
+            text = clip(text, HEADING_MAX_CHARS)
             level = int(match.group(1)) if match else 0
             if level <= 1 and not title:
                 title = text
@@ -485,6 +519,8 @@ def parse_file(
             parsed = parse_markdown(text, fallback)
     if not parsed.text.strip():
         raise ParseError("no text could be extracted")
+    if len(parsed.title) > TITLE_MAX_CHARS:  # front matter, <title>, PDF or DOCX metadata
+        parsed.title = clip(parsed.title, TITLE_MAX_CHARS)
     return parsed
 
 

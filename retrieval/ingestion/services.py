@@ -32,7 +32,14 @@ from retrieval.partitions import partition_analyze, partition_ensure
 from retrieval.pipeline.search import VOCABULARY_REBUILD_SQL
 from retrieval.services import default_language
 
-from .chunking import ChunkDraft, Section, chunk_sections
+from .chunking import (
+    HEADING_PATH_MAX_CHARS,
+    TITLE_MAX_CHARS,
+    ChunkDraft,
+    Section,
+    chunk_sections,
+    clip,
+)
 from .parsers import (
     SUPPORTED_SUFFIXES,
     ParsedDocument,
@@ -232,9 +239,43 @@ def _checksum(source: SourceDocument, embedder: Embedder) -> str:
 
 
 def embedding_text(title: str, heading: str, text: str) -> str:
-    """What is embedded for a chunk: its text with the title and heading as context."""
+    """What is embedded for a chunk: its text with the title and heading as context.
+
+    Both are bounded here too (the parsers bound what they read): corpus records and
+    documents stored before the bound came in carry theirs as given.
+    """
+    title, heading = clip(title, TITLE_MAX_CHARS), clip(heading, HEADING_PATH_MAX_CHARS)
     context = " › ".join(part for part in (title, heading) if part)
     return f"{context}\n{text}" if context else text
+
+
+def _format_clash(
+    source: SourceDocument, current: Document | None, sources_of: Mapping[str, str]
+) -> str:
+    """Why this file may not take its id ("" if it may), issue 38, finding 7.
+
+    A document's id is its path without the suffix, so x.md, x.html, x.docx and x.pdf had
+    one id and overwrote each other ("added 1 updated 3", only the last kept, no warning).
+    The ids stay as they are (links, evaluation sets and re-indexes use them): the second
+    format of one name is refused, saying which file holds the name. A new version of the
+    same file (same format) replaces it as before.
+    """
+    name = Path(source.source_path).name
+    earlier = sources_of.get(source.external_id)
+    if earlier is not None:
+        return (
+            f"same name as {Path(earlier).name} in this upload: a document's id is its file "
+            f"name without the extension, so {name} would replace it; rename one of them"
+        )
+    if current is not None and current.source_path and source.source_path:
+        held = Path(current.source_path).suffix.lower()
+        if held != Path(source.source_path).suffix.lower():
+            return (
+                f"the document {source.external_id!r} already comes from a {held or 'text'} "
+                f"file ({Path(current.source_path).name}); {name} would replace it: rename "
+                f"it, or delete that document first"
+            )
+    return ""
 
 
 @dataclass
@@ -271,6 +312,7 @@ def documents_ingest(
     batch_chunks = 0
     seen: set[str] = set()
     done = 0
+    sources_of: dict[str, str] = {}  # id -> the source file that gave it in this run
     # A new embedding model changes every checksum, so every document is re-embedded below;
     # until then search keeps the vector leg off (retrieval.services.query_embedder_for).
     existing = {d.external_id: d for d in Document.objects.filter(collection=collection)}
@@ -309,7 +351,14 @@ def documents_ingest(
             if progress:
                 progress(done, total, item.external_id)
             continue
+        clash = _format_clash(item, existing.get(item.external_id), sources_of)
+        if clash:
+            report.outcomes.append(FileOutcome(item.external_id, "error", error=clash))
+            if progress:
+                progress(done, total, item.external_id)
+            continue
         seen.add(item.external_id)
+        sources_of[item.external_id] = item.source_path
         checksum = _checksum(item, embedder)
         current = existing.get(item.external_id)
         if report.embedder_error and (current is None or current.checksum != checksum):

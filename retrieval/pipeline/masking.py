@@ -10,11 +10,15 @@ memory; nothing here logs, stores or prints it.
 
 Detectors are deliberately conservative (false positives hurt search):
 numbers are only masked when they carry valid check digits (CPF, CNPJ, DNI,
-NIE, IBAN, payment cards), an explicit context (RG, employee id, currency) or a
-phone-like shape.  Names are the configured ``known_names`` and the
-capitalised words after an introduction ("sou a Mariana Teixeira", "me llamo
-Martín", "a colaboradora Débora Kuhn", "my name is Ana"); there is no
-named-entity recognition.
+NIE, IBAN, payment cards, Chilean RUT, Mexican RFC and CURP), an explicit
+context or a phone-like shape.  The context is a label that announces an
+identifier ("matrícula 1234567", "número de empleado A12345", "employee number
+…", "NSS …"): what follows it is masked whatever its length (issue 38).  The
+labels are per-language data (``identifier_labels`` in
+``retrieval/pipeline/languages/<lang>.json``, every language at once).
+Names are the configured ``known_names`` and the capitalised words after an
+introduction ("sou a Mariana Teixeira", "me llamo Martín", "a colaboradora
+Débora Kuhn", "my name is Ana"); there is no named-entity recognition.
 
 All regular expressions are written so that matching stays linear in the
 length of the input (no nested unbounded quantifiers that can backtrack into
@@ -33,7 +37,11 @@ from typing import Final, Literal, NamedTuple
 
 from stdnum import iban, luhn
 from stdnum.br import cnpj, cpf
+from stdnum.cl import rut
 from stdnum.es import dni, nie
+from stdnum.mx import curp, rfc
+
+from .languages import identifier_labels as language_identifier_labels
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -52,12 +60,16 @@ Kind = Literal[
     "PHONE",
     "CPF",
     "CNPJ",
+    "RUT",
+    "RFC",
+    "CURP",
     "RG",
     "CI",
     "DNI",
     "IBAN",
     "CARD",
     "EMPLOYEE_ID",
+    "ID",
     "MONEY",
     "NAME",
 ]
@@ -70,20 +82,27 @@ KINDS: Final[tuple[Kind, ...]] = (
     "IBAN",
     "CNPJ",
     "CPF",
+    "CURP",
+    "RFC",
+    "RUT",
     "CARD",
     "DNI",
     "RG",
     "CI",
     "EMPLOYEE_ID",
+    "ID",
     "MONEY",
     "PHONE",
     "NAME",
 )
 _RANK: Final[dict[str, int]] = {kind: rank for rank, kind in enumerate(KINDS)}
 
-#: The brief's pattern, plus the capitalised spellings that open a sentence.
+#: The brief's pattern, plus the capitalised spellings that open a sentence. It does not
+#: stop before a "-8" or ".5" that continues the number (it left "-8" of "1234567-8" in
+#: clear): such a number is masked whole by its label (issue 38).
 DEFAULT_EMPLOYEE_ID_PATTERN: Final[str] = (
-    r"\b(?:MAT|mat|Mat|matr[ií]cula|Matr[ií]cula|MATR[IÍ]CULA)[\s:#-]*\d{4,8}\b"
+    r"\b(?:MAT|mat|Mat|matr[ií]cula|Matr[ií]cula|MATR[IÍ]CULA)[\s:#-]*\d{4,8}"
+    r"(?![\w])(?![.,/-][0-9])"
 )
 
 
@@ -102,11 +121,15 @@ class MaskingConfig:
     employee_id_pattern: str | None = DEFAULT_EMPLOYEE_ID_PATTERN
     known_names: tuple[str, ...] = ()
     mask_money: bool = True
+    #: Labels that announce an identifier; None: every language file's.
+    identifier_labels: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         # Accept any iterable of names (e.g. a list) but store a tuple so the
         # config stays hashable.
         object.__setattr__(self, "known_names", tuple(self.known_names))
+        if self.identifier_labels is not None:
+            object.__setattr__(self, "identifier_labels", tuple(self.identifier_labels))
         if self.employee_id_pattern is not None:
             try:
                 re.compile(self.employee_id_pattern)
@@ -416,6 +439,83 @@ def _detect_cis(text: str) -> Iterator[_Hit]:
         yield _Hit(m.start(group), m.end(group), "CI", value)
 
 
+# Chilean RUT/RUN, written with its check digit after a dash ("12.345.678-5", "7654321-K");
+# the check digit must hold (python-stdnum).
+_RUT_RE: Final = re.compile(_NUM_START + r"[0-9]{1,2}\.?[0-9]{3}\.?[0-9]{3}-[0-9Kk](?![\w])")
+
+
+def _detect_ruts(text: str) -> Iterator[_Hit]:
+    for m in _RUT_RE.finditer(text):
+        value = re.sub(r"[.-]", "", m.group()).upper()
+        if value.isascii() and rut.is_valid(value):
+            yield _Hit(m.start(), m.end(), "RUT", value)
+
+
+# Mexican RFC (3-4 letters, a date, a 3-character check) and CURP (18 characters): their
+# dates and check characters must hold (python-stdnum); either case, as people type them.
+_RFC_RE: Final = re.compile(r"(?<![\w])[A-Za-zÑñ&]{3,4}-?[0-9]{6}-?[A-Za-z0-9]{3}(?![\w])")
+_CURP_RE: Final = re.compile(
+    r"(?<![\w])[A-Za-z]{4}[0-9]{6}[HMXhmx][A-Za-z]{5}[0-9A-Za-z][0-9](?![\w])"
+)
+
+
+def _stdnum_valid(module: object, value: str) -> bool:
+    try:
+        return bool(module.is_valid(value))  # type: ignore[attr-defined]
+    except Exception:  # python-stdnum raises on some odd input instead of saying no
+        return False
+
+
+def _detect_rfcs(text: str) -> Iterator[_Hit]:
+    for m in _RFC_RE.finditer(text):
+        value = m.group().replace("-", "").upper()
+        if _stdnum_valid(rfc, value):
+            yield _Hit(m.start(), m.end(), "RFC", value)
+
+
+def _detect_curps(text: str) -> Iterator[_Hit]:
+    for m in _CURP_RE.finditer(text):
+        value = m.group().upper()
+        if value.isascii() and _stdnum_valid(curp, value):
+            yield _Hit(m.start(), m.end(), "CURP", value)
+
+
+# What may stand between a label and its value: "nº", "number", "es", ":", "#"... (a few).
+# Words are whole words ("e" is not the start of "emp-0042"); "nº" and signs need no space.
+_LABEL_JOINERS: Final[str] = (
+    r"(?:nro|num|numero|number|no|n|es|is|e|do|da|de|del)(?:\.|(?![\w]))|n[º°]\.?|[:#=-]"
+)
+# The value: letters (a prefix) then a digit, then letters and digits, maybe grouped by
+# ".", "/" or "-": "1234567", "A12345", "12.345.678-5". Each group begins with its own
+# separator, so a match is found in one pass.
+_LABELLED_VALUE: Final[str] = r"[A-Za-z]{0,4}-?[0-9][0-9A-Za-z]*(?:[./-][0-9A-Za-z]+)*"
+
+
+def _labelled_detector(labels: Sequence[str]) -> _Detector | None:
+    """An identifier announced by its label, whatever its length: only the value is masked.
+
+    Labels are matched on the folded text (case and accents aside, one character per
+    character, so spans line up), each a whole word.
+    """
+    keys = sorted({_name_key(label) for label in labels if label.strip()}, key=len, reverse=True)
+    if not keys:
+        return None
+    alternatives = "|".join(r"\s+".join(map(re.escape, key.split(" "))) for key in keys)
+    regex = re.compile(
+        r"(?<![\w])(?:" + alternatives + r")"
+        r"(?:[ \t]*(?:" + _LABEL_JOINERS + r")){0,3}[ \t]*"
+        r"(?P<value>" + _LABELLED_VALUE + r")" + _NUM_END
+    )
+
+    def detect(text: str) -> Iterator[_Hit]:
+        for m in regex.finditer(_fold(text)):
+            value = text[m.start("value") : m.end("value")]
+            key = re.sub(r"[./-]", "", value).upper()
+            yield _Hit(m.start("value"), m.end("value"), "ID", key)
+
+    return detect
+
+
 _PHONE_RE: Final = re.compile(
     r"""
     (?<![\w+(])(?<![0-9][.,/-])
@@ -625,6 +725,9 @@ def _build_detectors(config: MaskingConfig) -> tuple[_Detector, ...]:
         _detect_ibans,
         _detect_cnpjs,
         _detect_cpfs,
+        _detect_ruts,
+        _detect_rfcs,
+        _detect_curps,
         _detect_cards,
         _detect_dnis,
         _detect_rgs,
@@ -633,6 +736,13 @@ def _build_detectors(config: MaskingConfig) -> tuple[_Detector, ...]:
     ]
     if config.employee_id_pattern is not None:
         detectors.append(_employee_detector(config.employee_id_pattern))
+    labelled = _labelled_detector(
+        language_identifier_labels()
+        if config.identifier_labels is None
+        else config.identifier_labels
+    )
+    if labelled is not None:
+        detectors.append(labelled)
     if config.mask_money:
         detectors.append(_detect_money)
     names = _name_detector(config.known_names)

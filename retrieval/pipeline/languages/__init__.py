@@ -1,7 +1,8 @@
 """What the chat knows and says of each language without a model, one data file a language.
 
 `<lang>.json` beside this module holds the language's stop words (its common words and the
-chat's fillers), the small-talk replies and the questions the rules ask back. A language's
+chat's fillers), the small-talk replies, the questions the rules ask back and the labels that
+announce an identifier ("matrícula", "número de empleado": the masking reads them). A language's
 phrases are a file: a language without one speaks Portuguese (the product's first language).
 """
 
@@ -69,3 +70,21 @@ def stop_words(language: str, folder: Path = FOLDER) -> tuple[str, ...]:
         return tuple(str(w) for name in ("common", "fillers") for w in lists[name])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise LanguageDataError(f"{path}: no stop_words lists ({exc!r})") from exc
+
+
+@cache
+def identifier_labels(folder: Path = FOLDER) -> tuple[str, ...]:
+    """The labels that announce a personal identifier, of every language in `folder`.
+
+    All languages at once: a question in Portuguese may quote a Mexican "RFC".
+    """
+    labels: list[str] = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            found = json.loads(path.read_text(encoding="utf-8")).get("identifier_labels", [])
+        except (OSError, ValueError) as exc:
+            raise LanguageDataError(f"{path}: not a language file ({exc!r})") from exc
+        if not isinstance(found, list):
+            raise LanguageDataError(f"{path}: identifier_labels is not a list")
+        labels.extend(str(label) for label in found)
+    return tuple(dict.fromkeys(labels))

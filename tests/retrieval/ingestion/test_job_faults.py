@@ -301,3 +301,31 @@ def test_next_ingest_sweeps_jobs_whose_worker_went_silent(
     assert exhausted.status == IngestionJob.Status.FAILED
     assert exhausted.report["error"].endswith(f"not queued again after {MAX_ATTEMPTS} attempts")
     assert "retried_as" not in exhausted.report
+
+
+@pytest.mark.django_db
+def test_a_job_killed_twice_is_failed_for_good(tmp_path: Path) -> None:
+    """Issue 38: after a restart the 1.5 GB upload was queued again by itself (attempt 2), and
+    would have been a third time; a job whose worker stopped twice is not queued again."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from retrieval.ingestion.jobs import STALE_AFTER, ingestion_jobs_sweep_stale
+
+    heartbeat = (timezone.now() - STALE_AFTER - timedelta(minutes=1)).isoformat()
+    second = IngestionJob.objects.create(
+        collection=default_collection(),
+        paths=[str(tmp_path)],
+        status=IngestionJob.Status.RUNNING,
+        report={
+            "retry_of": "first",
+            "attempt": 2,
+            "worker": {"host": "another-host", "pid": 1, "heartbeat": heartbeat},
+        },
+    )
+    assert ingestion_jobs_sweep_stale() == []
+    second.refresh_from_db()
+    assert second.status == IngestionJob.Status.FAILED
+    assert second.report["error"].endswith("not queued again after 2 attempts")
+    assert IngestionJob.objects.count() == 1

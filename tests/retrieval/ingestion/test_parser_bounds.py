@@ -99,7 +99,7 @@ def test_the_attack_markdown_heading_parses_at_once(tmp_path: Path) -> None:
     elapsed = time.perf_counter() - start
     print(f"2 KB heading line: {elapsed * 1000:.2f} ms")
     assert elapsed < BOUND_S
-    assert doc.title == "a" + " " * 2000 + "x"
+    assert doc.title == "a…"  # a heading is cut at a word to HEADING_MAX_CHARS (issue 38)
 
 
 @pytest.mark.parametrize(

@@ -127,13 +127,17 @@ def test_valid_cpf_is_masked(text: str) -> None:
         "CPF 123.456.789-00",
     ],
 )
-def test_invalid_or_repeated_cpf_is_not_masked(text: str) -> None:
-    assert mask_one(text) == text
+def test_invalid_or_repeated_cpf_is_not_a_cpf_but_its_label_masks_it(text: str) -> None:
+    # Issue 38: a number after an identifier's label is one, whatever its check digits.
+    assert mask_one(text) == "CPF [ID_1]"
+    bare = text.split(" ", 1)[1]
+    assert mask_one(bare) == bare
 
 
 def test_invalid_bare_cpf_is_never_a_cpf() -> None:
     assert "CPF" not in masked_kinds(mask_one("cpf 52998224726"))
-    assert mask_one("cpf 11111111111") == "cpf 11111111111"
+    assert mask_one("cpf 11111111111") == "cpf [ID_1]"  # by its label (issue 38)
+    assert mask_one("o 11111111111") == "o 11111111111"
 
 
 def test_cpf_inside_a_longer_number_is_not_masked() -> None:
@@ -154,7 +158,8 @@ def test_generated_cpfs_are_masked(base: str, formatted: bool) -> None:
 def test_cpfs_with_a_wrong_check_digit_are_not_cpfs(base: str, delta: int) -> None:
     cpf = cpf_from(base)
     wrong = cpf[:10] + str((int(cpf[10]) + delta) % 10)
-    assert mask_one(f"CPF {fmt_cpf(wrong)} ok") == f"CPF {fmt_cpf(wrong)} ok"
+    assert mask_one(f"o {fmt_cpf(wrong)} ok") == f"o {fmt_cpf(wrong)} ok"
+    assert mask_one(f"CPF {fmt_cpf(wrong)} ok") == "CPF [ID_1] ok"  # by its label
 
 
 def test_cpf_with_and_without_punctuation_share_a_placeholder() -> None:
@@ -228,8 +233,10 @@ def test_valid_cnpj_is_masked(text: str) -> None:
         "CNPJ 12.ABC.345/01DE-36",
     ],
 )
-def test_invalid_or_repeated_cnpj_is_not_masked(text: str) -> None:
-    assert mask_one(text) == text
+def test_invalid_or_repeated_cnpj_is_not_a_cnpj_but_its_label_masks_it(text: str) -> None:
+    assert mask_one(text) == "CNPJ [ID_1]"
+    bare = text.split(" ", 1)[1]
+    assert mask_one(bare) == bare
 
 
 @given(st.text(alphabet="0123456789", min_size=12, max_size=12), st.booleans())
@@ -263,10 +270,15 @@ def test_valid_dni_and_nie_are_masked(text: str) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["DNI 12345678A", "NIE X1234567A", "NIE Z1234567L", "código 12345678Zeta", "A12345678Z"],
+    ["12345678A", "X1234567A", "Z1234567L", "código 12345678Zeta", "A12345678Z"],
 )
 def test_dni_and_nie_with_wrong_letter_are_not_masked(text: str) -> None:
     assert mask_one(text) == text
+
+
+@pytest.mark.parametrize("text", ["DNI 12345678A", "NIE X1234567A", "NIE Z1234567L"])
+def test_dni_and_nie_with_wrong_letter_are_masked_by_their_label(text: str) -> None:
+    assert mask_one(text).endswith(" [ID_1]")
 
 
 @given(st.integers(0, 99_999_999))
@@ -283,7 +295,8 @@ def test_generated_nies_are_masked(prefix: str, number: int) -> None:
 def test_dnis_with_a_wrong_letter_are_not_masked(number: int, delta: int) -> None:
     letters = "TRWAGMYFPDXBNJZSQVHLCKE"
     wrong = f"{number:08d}{letters[(number + delta) % 23]}"
-    assert mask_one(f"DNI {wrong}") == f"DNI {wrong}"
+    assert mask_one(f"el {wrong}") == f"el {wrong}"
+    assert mask_one(f"DNI {wrong}") == "DNI [ID_1]"
 
 
 def test_dni_and_nie_share_one_numbering() -> None:
@@ -524,11 +537,15 @@ def test_default_employee_id_needs_4_to_8_digits(text: str) -> None:
 
 
 def test_employee_id_pattern_is_configurable_and_can_be_disabled() -> None:
-    custom = MaskingConfig(employee_id_pattern=r"\bE\d{5}\b")
+    custom = MaskingConfig(employee_id_pattern=r"\bE\d{5}\b", identifier_labels=())
     assert mask_one("crachá E12345", custom) == "crachá [EMPLOYEE_ID_1]"
     assert mask_one("matrícula 123456", custom) == "matrícula 123456"
-    disabled = MaskingConfig(employee_id_pattern=None)
+    disabled = MaskingConfig(employee_id_pattern=None, identifier_labels=())
     assert mask_one("matrícula 123456", disabled) == "matrícula 123456"
+    # The labels (language data) still mask it without the pattern (issue 38).
+    assert mask_one("matrícula 123456", MaskingConfig(employee_id_pattern=None)) == (
+        "matrícula [ID_1]"
+    )
 
 
 def test_employee_id_value_group_masks_only_the_number() -> None:
