@@ -138,6 +138,11 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis, Celery and the Channels layer ----------------------------------------------------
 REDIS_URL = env_str("REDIS_URL")
+# Issue 38, finding 9: a turn's frames pass through the channel layer (Redis keys or database
+# rows, kept up to a minute) with the answer as its owner reads it, personal data included:
+# both layers encrypt each message (Fernet, a key derived from the secret key), so what
+# waits there is unreadable without it.
+_LAYER_KEYS = [SECRET_KEY]
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     # redis-py 8 gives every connection a 5 s socket timeout, as long as the layer's blocking
@@ -146,7 +151,10 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}]},
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
+                "symmetric_encryption_keys": _LAYER_KEYS,
+            },
         }
     }
 else:
@@ -178,7 +186,10 @@ else:
     }
     # channels_postgres' layer, with a listener that survives a database restart.
     CHANNEL_LAYERS = {
-        "default": {"BACKEND": "chatrag.layers.PostgresChannelLayer", "CONFIG": _layer_db}
+        "default": {
+            "BACKEND": "chatrag.layers.PostgresChannelLayer",
+            "CONFIG": {**_layer_db, "symmetric_encryption_keys": _LAYER_KEYS},
+        }
     }
     # channels_postgres deletes group rows through this hard-coded alias: the same database.
     DATABASES["channels_postgres"] = {**_layer_db}
