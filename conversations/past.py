@@ -16,14 +16,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
+from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from conversations.models import Message, TurnTrace
 from conversations.trace import read_trace
 from retrieval.access import documents_readable
 from retrieval.models import Document
-from retrieval.services import default_collection
 
 NO_LONGER_AVAILABLE = _(
     "Esta resposta não está mais disponível para você: ela veio de um documento que você não "
@@ -46,7 +47,8 @@ def _document_id(value: object) -> int | None:
 
 
 def answers_unreadable(*, user: User, messages: Sequence[Message]) -> frozenset[int]:
-    """The ids of these assistant messages their reader may no longer read (two queries)."""
+    """The ids of these assistant messages their reader may no longer read (three queries:
+    the turns' traces, the reader's groups, the documents)."""
     answers = [m for m in messages if m.role == Message.Role.ASSISTANT and m.id is not None]
     if not answers or user.is_superuser:
         return frozenset()
@@ -57,18 +59,21 @@ def answers_unreadable(*, user: User, messages: Sequence[Message]) -> frozenset[
         for t in TurnTrace.objects.filter(message_id__in=questions)
         for h in read_trace(t).search.hits
     ]
-    readable = documents_readable(user=user).values("pk")
-    unreadable = Document.objects.exclude(pk__in=readable)
-    lost_ids = set(unreadable.filter(pk__in=cited).values_list("pk", flat=True)) if cited else set()
-    lost_names = (
-        set(
-            unreadable.filter(
-                collection=default_collection(), external_id__in={h.document for h in hits}
-            ).values_list("external_id", flat=True)
-        )
-        if hits
-        else set()
-    )
+    names = {h.document for h in hits}
+    lost_ids: set[int] = set()
+    lost_names: set[str] = set()
+    if cited or names:
+        # One query for both ways a trace names a document: by key (sources) and by
+        # external id in the chat's collection (hits).
+        unreadable = Document.objects.exclude(pk__in=documents_readable(user=user).values("pk"))
+        chat = settings.CHATRAG_COLLECTION
+        for pk, external_id, slug in unreadable.filter(
+            Q(pk__in=cited) | Q(collection__slug=chat, external_id__in=names)
+        ).values_list("pk", "external_id", "collection__slug"):
+            if pk in cited:
+                lost_ids.add(pk)
+            if slug == chat and external_id in names:
+                lost_names.add(external_id)
     titles = {h.title.strip().casefold() for h in hits if h.document in lost_names}
     titles |= {
         str(s.get("title") or "").strip().casefold()

@@ -127,7 +127,9 @@ async def test_a_reply_without_an_answer_step_is_one_write_call(
         frames = await _run(thanks)
     assert [f["type"] for f in frames] == ["rewrite", "done"]
     assert len(seen.writes) == 3 and seen.commits == 1, seen.listing()
-    assert len(seen.sql) == CONTEXT_READS + 3, seen.listing()  # its language known
+    # Its language known; the window's past answers checked against what Ana may still read
+    # (conversations.past: the traces, her groups, the documents).
+    assert len(seen.sql) == CONTEXT_READS + 3 + 3, seen.listing()
     assert "to_done" in (await _trace(thanks)).timings_ms
 
 

@@ -176,8 +176,20 @@ def test_glossary_import_and_export(staff_client: Client) -> None:
     exported = staff_client.get(reverse("admin:retrieval_glossaryentry_export"))
     assert exported["Content-Disposition"].startswith("attachment;")
     assert json.loads(exported.content) == [
-        {"term": "PLR", "expansion": "participação nos lucros", "area": None, "active": True},
-        {"term": "TRI", "expansion": "trabalho remoto integral", "area": "rh", "active": True},
+        {
+            "term": "PLR",
+            "expansion": "participação nos lucros",
+            "area": None,
+            "language": None,
+            "active": True,
+        },
+        {
+            "term": "TRI",
+            "expansion": "trabalho remoto integral",
+            "area": "rh",
+            "language": None,
+            "active": True,
+        },
     ]
     bad = SimpleUploadedFile("glossary.json", b'[{"term": ""}]')
     response = staff_client.post(

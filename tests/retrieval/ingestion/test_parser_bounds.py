@@ -40,6 +40,12 @@ PATHOLOGICAL: dict[str, list[str]] = {
     "_DOCX_HEADING": ["Heading " + "1" * N, "Heading" + " " * N],
     "_SENTENCE_END": ["." + " " * N + "x", ". " * N, ".\t\n" * N],
     "_PARAGRAPH_BREAK": ["\n" + " " * N + "x", ("\n" + " \t" * 50 + "x") * (N // 100)],
+    "_HIDDEN_STYLE": [
+        ";" + " " * N + "x",
+        "; " * N,
+        "display" + " " * N + ":" + " " * N + "x",
+        ";display:" * (N // 9),
+    ],
 }
 
 
