@@ -452,3 +452,41 @@ def test_a_tab_beyond_the_socket_cap_says_so_and_connects_once_another_closes(
     next(t for t in tabs if t is not over).close()
     # It tries again every 30 seconds: in by then, the notice gone.
     expect(over.locator("#connection-status")).to_be_hidden(timeout=45_000)
+
+
+def test_a_question_the_pages_do_not_answer_says_so_and_staff_see_why(
+    browser: Any, page: Page, live_url: str, e2e_db: E2EDatabase
+) -> None:
+    """Issue 35: the demo knowledge base has no canteen menu; the answer says the pages
+    found don't say it and lists the closest ones, and the staff timeline shows the turn's
+    answer check ("pages did not say", why these lines)."""
+    login(page, live_url, "ana")
+    turn = ask(page, "qual o cardápio do refeitório hoje?")
+    answer = turn.locator('[data-slot="answer"]')
+    expect(answer).to_contain_text("não dizem isso")
+    expect(turn.locator(".source-card").first).to_be_visible()  # the closest pages
+    answer.scroll_into_view_if_needed()
+    shot(page, "not-found-answer")
+    [(conversation_id,)] = e2e_db.query(
+        "SELECT m.conversation_id FROM conversations_message m"
+        " WHERE m.text = 'qual o cardápio do refeitório hoje?' ORDER BY m.id DESC LIMIT 1"
+    )
+
+    staff = browser.new_context(locale="pt-BR")
+    try:
+        admin = staff.new_page()
+        admin.goto(live_url + "/admin/login/")
+        admin.locator("#id_username").fill("admin")
+        admin.locator("#id_password").fill(DEMO_PASSWORDS["admin"])
+        admin.locator("input[type=submit]").click()
+        admin.wait_for_url(live_url + "/admin/")
+        admin.goto(live_url + f"/admin/conversations/conversation/{conversation_id}/change/")
+        check = admin.locator(".review-answer-check").last
+        expect(check).to_contain_text("don't hold it")
+        expect(admin.locator("body")).to_contain_text("pages did not say")
+        lines = admin.locator(".review-answer-lines").last
+        expect(lines).to_be_visible()
+        lines.scroll_into_view_if_needed()
+        admin.screenshot(path=str(SCREENSHOTS / "answer-why-in-the-timeline.png"))
+    finally:
+        staff.close()
