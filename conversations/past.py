@@ -21,7 +21,7 @@ from django.contrib.auth.models import User
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from conversations.models import Message, TurnTrace
+from conversations.models import Conversation, Message, TurnTrace
 from conversations.trace import read_trace
 from retrieval.access import documents_readable
 from retrieval.models import Document
@@ -115,3 +115,28 @@ def messages_readable(*, user: User, messages: Iterable[Message]) -> list[Messag
         else:
             shown.append(message)
     return shown
+
+
+def conversations_found(
+    *, user: User, conversations: Sequence[Conversation], search: str
+) -> list[Conversation]:
+    """The sidebar search's conversations, without those it found only in an answer their
+    owner may no longer read: the search must not tell what such an answer says."""
+    if not search or not conversations:
+        return list(conversations)
+    needle = search.casefold()
+    by_conversation: dict[int, list[Message]] = {}
+    for message in Message.objects.filter(conversation__in=conversations).order_by("id"):
+        by_conversation.setdefault(message.conversation_id, []).append(message)
+    hidden = answers_unreadable(
+        user=user, messages=[m for ms in by_conversation.values() for m in ms]
+    )
+    return [
+        c
+        for c in conversations
+        if needle in c.title.casefold()
+        or any(
+            needle in m.text.casefold() and m.id not in hidden
+            for m in by_conversation.get(c.id, [])
+        )
+    ]

@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from conversations.forms import FeedbackForm, RenameForm
 from conversations.models import Conversation, Message
-from conversations.past import messages_readable
+from conversations.past import conversations_found, messages_readable
 from conversations.selectors import (
     conversation_get,
     conversation_list,
@@ -80,7 +80,11 @@ def _page_context(
     # Printable text only: a NUL would reach PostgreSQL (which refuses it) through icontains.
     raw = request.POST.get("q", "")[:400] if request.method == "POST" else ""
     search = "".join(ch for ch in raw if ch.isprintable()).strip()[:200]
-    sidebar = list(conversation_list(user=request.user, search=search)[:SIDEBAR_LIMIT])
+    sidebar = conversations_found(
+        user=request.user,
+        conversations=list(conversation_list(user=request.user, search=search)[:SIDEBAR_LIMIT]),
+        search=search,
+    )
     return {
         "conversations": sidebar,
         "q": search,

@@ -135,3 +135,25 @@ def test_a_later_turn_does_not_read_an_answer_its_owner_may_no_longer_read(
     history = " ".join(m.text for m in turn_context(question.id).request.history)
     assert SALARY_FACT not in history and SALARY_TITLE not in history
     assert PUBLIC_FACT in history
+
+
+def test_the_sidebar_search_does_not_find_words_of_an_answer_its_owner_may_no_longer_read(
+    talk: Conversation, personas: dict[str, User]
+) -> None:
+    """Searching a figure only the restricted answer says finds the conversation while Rita
+    is in the group, and not once she has left it (the search would tell what it says);
+    her own words and the answers she may read are still found."""
+    rita = personas["rita"]
+    client = Client()
+    client.force_login(rita)
+
+    def found(words: str) -> bool:
+        response = client.post(reverse("chat"), {"q": words})
+        assert response.status_code == 200
+        return talk.pk in [c.pk for c in response.context["conversations"]]
+
+    assert found("9.800")
+    rita.groups.remove(Group.objects.get(name=RESTRICTED))
+    assert not found("9.800")
+    assert found("nível 3")  # her own question
+    assert found("30 dias por ano")  # an answer she may still read
