@@ -465,8 +465,13 @@ if CHATRAG_CHUNK_OVERLAP >= CHATRAG_CHUNK_CHARS:
         f"CHATRAG_CHUNK_OVERLAP ({CHATRAG_CHUNK_OVERLAP}) must be smaller than "
         f"CHATRAG_CHUNK_CHARS ({CHATRAG_CHUNK_CHARS})"
     )
-# Language assumed for a document whose language cannot be told from its text.
-CHATRAG_DEFAULT_LANGUAGE = env_choice("CHATRAG_DEFAULT_LANGUAGE", "pt", {"pt", "es", "en"})
+# Folders (separated by os.pathsep) of extra language files, read beside the built-in pt, es
+# and en of retrieval/pipeline/languages (a file there replaces the built-in one of its name):
+# a language the chat detects, stems, masks and searches is a file. See docs/decisions.md.
+CHATRAG_LANGUAGE_DIRS = env_str("CHATRAG_LANGUAGE_DIRS")
+# Language assumed for a document whose language cannot be told from its text: one with a
+# language file (checked at start by the retrieval app's system check).
+CHATRAG_DEFAULT_LANGUAGE = env_str("CHATRAG_DEFAULT_LANGUAGE", "pt")
 # The collection the chat searches (its slug); the demo and `ingest` use "company".
 CHATRAG_COLLECTION = env_str("CHATRAG_COLLECTION", "company")
 CHATRAG_DEMO_KB = Path(env_str("CHATRAG_DEMO_KB", str(BASE_DIR / "demo" / "kb")))

@@ -12,13 +12,6 @@ from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from pgvector.django import HnswIndex, VectorField
 
-FTS_CONFIGS = {"pt": "portuguese", "es": "spanish", "en": "english"}
-
-
-def fts_config_for(language: str) -> str:
-    """Return the Postgres text-search configuration for a language code."""
-    return FTS_CONFIGS.get(language, "simple")
-
 
 class Collection(models.Model):
     """A knowledge base; evaluation corpora live in their own collections."""

@@ -27,9 +27,9 @@ from django.contrib.auth.models import Group
 from django.db import IntegrityError, connection, transaction
 
 from retrieval.embeddings import Embedder, EmbeddingError
-from retrieval.models import Chunk, Collection, Document, fts_config_for
+from retrieval.models import Chunk, Collection, Document
 from retrieval.partitions import partition_analyze, partition_ensure
-from retrieval.pipeline.search import VOCABULARY_REBUILD_SQL
+from retrieval.pipeline.search import VOCABULARY_REBUILD_SQL, text_search_config_for
 from retrieval.services import default_language
 
 from .chunking import (
@@ -462,7 +462,7 @@ def _write_document(collection: Collection, pending: _Pending, embedder: Embedde
         Chunk.objects.filter(collection=collection, document=document).delete()
     document.groups.set(groups)
     group_ids = [g.id for g in groups]
-    config = fts_config_for(source.language)
+    config = text_search_config_for(source.language)
     Chunk.objects.bulk_create(
         [
             Chunk(

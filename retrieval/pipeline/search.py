@@ -27,6 +27,7 @@ from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
 from .fusion import Hit
+from .languages import text_search_configs
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
@@ -156,21 +157,23 @@ def fulltext_words(text: str, max_terms: int = 32) -> list[str]:
     return words
 
 
-# Which configuration's query applies to a chunk, and whether it matches (GIN-indexable).
-_CONFIGS = (("portuguese", "pt"), ("spanish", "es"), ("english", "en"), ("simple", "si"))
+# Which configuration's query applies to a chunk, and whether it matches (GIN-indexable):
+# each language file's configuration (named by its code), then "simple" for the rest.
+_LANGUAGE_CONFIGS = tuple((config, code) for code, config in text_search_configs().items())
+_CONFIGS = (*_LANGUAGE_CONFIGS, ("simple", "simple"))
 
 
 # The language code of a chunk's text-search configuration ("simple": not known).
-_CONFIG_LANGUAGE = dict(_CONFIGS[:3])
+_CONFIG_LANGUAGE = dict(_LANGUAGE_CONFIGS)
 
 
 def _per_config(kind: str, alias: str, source: str = "q") -> str:
     return (
         f"CASE {alias}.fts_config "
         + " ".join(
-            f"WHEN '{config}' THEN {source}.{kind}_{short}" for config, short in _CONFIGS[:3]
+            f"WHEN '{config}' THEN {source}.{kind}_{short}" for config, short in _LANGUAGE_CONFIGS
         )
-        + f" ELSE {source}.{kind}_si END"
+        + f" ELSE {source}.{kind}_simple END"
     )
 
 
@@ -182,6 +185,12 @@ Configs = tuple[str, ...]
 ALL_CONFIGS: Configs = tuple(config for config, _ in _CONFIGS)
 # A document's language code names its chunks' configuration (the ingestion's rule).
 _LANGUAGE_CONFIG = {language: config for config, language in _CONFIG_LANGUAGE.items()}
+
+
+def text_search_config_for(language: str) -> str:
+    """The PostgreSQL text-search configuration of a document in `language` (its language
+    file's; "simple" for a language without one)."""
+    return _LANGUAGE_CONFIG.get(language, "simple")
 
 
 def configs_of(languages: Iterable[str]) -> Configs:

@@ -10,16 +10,17 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
 
 import snowballstemmer
 
-from retrieval.pipeline.languages import stop_words
+from retrieval.pipeline.languages import language_codes, language_data, language_text, stop_words
 
 from .masking import PLACEHOLDER_PATTERN
 
-Language = Literal["pt", "es", "en"]
-LANGUAGES: tuple[Language, ...] = ("pt", "es", "en")
+# A language is a code with a data file (retrieval/pipeline/languages/<code>.json, or one in
+# CHATRAG_LANGUAGE_DIRS): pt, es and en ship; a fourth is a file, not code.
+Language = str
+LANGUAGES: tuple[Language, ...] = language_codes()
 
 # A word: letters/digits (º and ª count as letters), joined by inner hyphens or apostrophes
 # ("e-mail", "home-office", "d'água"); a number keeps its inner separators ("1.500,00");
@@ -113,32 +114,38 @@ _MARKERS: dict[str, frozenset[str]] = {
     lang: words - frozenset().union(*(STOPWORDS[o] for o in LANGUAGES if o != lang))
     for lang, words in STOPWORDS.items()
 }
-_PT_CHARS = frozenset("ãõçâêô")
-_ES_CHARS = frozenset("ñ¿¡")
-_PT_SUFFIXES = ("cao", "coes")
-_ES_SUFFIXES = ("cion", "ciones")
+# Letters and word endings that only one language writes ("ç", "ñ"; "-ção" / "-ción").
+_LETTERS: dict[str, frozenset[str]] = {
+    lang: frozenset(language_text(lang, "detect", "letters")) for lang in LANGUAGES
+}
+_SUFFIXES: dict[str, tuple[str, ...]] = {
+    lang: tuple(str(s) for s in language_data(lang).get("detect", {}).get("suffixes", ()))
+    for lang in LANGUAGES
+}
 
 
 def stopwords_for(lang: str | None) -> frozenset[str]:
-    """Return the stopwords of `lang`, or of all three languages when it is unknown."""
+    """Return the stopwords of `lang`, or of every language when it is unknown."""
     if lang in STOPWORDS:
         return STOPWORDS[lang]
     return ALL_STOPWORDS
 
 
 def detect_language(s: str) -> Language | None:
-    """Guess pt, es or en from stopwords, diacritics and suffixes; None when unsure."""
+    """Guess the language from its own stop words, letters and word endings; None when
+    unsure (no evidence, or two languages alike)."""
     scores: dict[Language, float] = dict.fromkeys(LANGUAGES, 0.0)
     lowered = s.casefold()
-    scores["pt"] += 2 * sum(c in _PT_CHARS for c in lowered)
-    scores["es"] += 2 * sum(c in _ES_CHARS for c in lowered)
+    for lang in LANGUAGES:
+        scores[lang] += 2 * sum(c in _LETTERS[lang] for c in lowered)
     for token in token_spans(s):
         for lang in LANGUAGES:
             if token.norm in _MARKERS[lang]:
                 scores[lang] += 1
-        if len(token.norm) > 5:
-            scores["pt"] += token.norm.endswith(_PT_SUFFIXES)
-            scores["es"] += token.norm.endswith(_ES_SUFFIXES)
+            if len(token.norm) > 5 and _SUFFIXES[lang]:
+                scores[lang] += token.norm.endswith(_SUFFIXES[lang])
+    if len(scores) < 2:
+        return next(iter(scores)) if scores and max(scores.values()) >= 1 else None
     ranked = sorted(scores.items(), key=lambda item: item[1], reverse=True)
     (best, top), (_, second) = ranked[0], ranked[1]
     if top < 1 or top == second:
@@ -158,8 +165,8 @@ def is_content_word(norm: str, stopwords: frozenset[str]) -> bool:
 def content_terms(s: str, lang: str | None = None) -> list[str]:
     """Return the normalised tokens of `s` that are not stopwords, in order.
 
-    With no `lang`, the language is detected; when that fails, the stopwords of all three
-    languages are removed.
+    With no `lang`, the language is detected; when that fails, the stopwords of every
+    language are removed.
     """
     stopwords = stopwords_for(lang if lang in STOPWORDS else detect_language(s))
     return [t.norm for t in token_spans(s) if is_content_word(t.norm, stopwords)]
@@ -186,15 +193,37 @@ def defang_prompt_markup(text: str) -> str:
     return _PROMPT_MARKUP_RE.sub(lambda m: m.group(0).translate(_DEFANG), text)
 
 
-_STEMMERS = {"pt": "portuguese", "es": "spanish", "en": "english"}
+@dataclass(frozen=True)
+class _Stemming:
+    """How a language's words meet their stem (its file's "snowball" and "stemming")."""
+
+    snowball: str
+    before: tuple[tuple[str, str], ...]  # word endings replaced before stemming
+    plural_fold: bool  # a short plural Snowball leaves whole meets its singular
+    after: tuple[tuple[str, str], ...]  # letters replaced in the stem
 
 
-@lru_cache(maxsize=4)
-def _stemmer(language: str) -> snowballstemmer.BaseStemmer:
-    return snowballstemmer.stemmer(_STEMMERS.get(language, "portuguese"))
+def _stemming(language: str) -> _Stemming:
+    data = language_data(language)
+    rules = data.get("stemming", {})
+    return _Stemming(
+        snowball=str(data.get("snowball", "porter")),
+        before=tuple((str(a), str(b)) for a, b in rules.get("before", ())),
+        plural_fold=bool(rules.get("plural_fold", False)),
+        after=tuple((str(a), str(b)) for a, b in rules.get("after", ())),
+    )
 
 
-_PLURAL_FOLD = frozenset({"pt", "es"})
+_STEMMING: dict[str, _Stemming] = {lang: _stemming(lang) for lang in LANGUAGES}
+# A word of no known language meets its stem by the first language's Snowball alone.
+_PLAIN = _Stemming(_STEMMING[LANGUAGES[0]].snowball if LANGUAGES else "porter", (), False, ())
+
+
+@lru_cache(maxsize=16)
+def _stemmer(snowball: str) -> snowballstemmer.BaseStemmer:
+    return snowballstemmer.stemmer(snowball)
+
+
 # A plural's final "s", not that of "mais", "bônus", "país" or "classe".
 _BARE_PLURAL = re.compile(r"[^siu]s$")
 
@@ -209,15 +238,19 @@ def stem(word: str, language: str) -> str:
         return normalize(word)
     if _NUMBER_RE.fullmatch(word):  # "1.500,00": no letters for the stemmer (as it returns)
         return word[:6]
-    if language == "pt" and word.endswith("ns"):
-        word = word[:-2] + "m"  # "viagens" / "viagem", "bens" / "bem"
-    root = normalize(str(_stemmer(language).stemWord(word)))
-    if language in _PLURAL_FOLD and root == normalize(word) and _BARE_PLURAL.search(root):
+    rules = _STEMMING.get(language, _PLAIN)
+    stemmer = _stemmer(rules.snowball)
+    for ending, replacement in rules.before:
+        if word.endswith(ending):
+            word = word[: -len(ending)] + replacement  # "viagens" / "viagem", "bens" / "bem"
+            break
+    root = normalize(str(stemmer.stemWord(word)))
+    if rules.plural_fold and root == normalize(word) and _BARE_PLURAL.search(root):
         # Snowball leaves a short plural whole ("voos", "dias", "anos", "extras"): it
         # meets its singular without the "s".
-        root = normalize(str(_stemmer(language).stemWord(word[:-1])))
-    if language == "es":
+        root = normalize(str(stemmer.stemWord(word[:-1])))
+    for letters, replacement in rules.after:
         # A stressed Spanish o/e becomes ue/ie ("descontar" / "descuenta", "pedir" /
         # "pide", "perder" / "pierde"): both forms meet at the plain vowel.
-        root = root.replace("ue", "o").replace("ie", "e")
+        root = root.replace(letters, replacement)
     return root[:6]

@@ -1,24 +1,90 @@
 """What the chat knows and says of each language without a model, one data file a language.
 
 `<lang>.json` beside this module holds the language's stop words (its common words and the
-chat's fillers), the small-talk replies, the questions the rules ask back and the labels that
-announce an identifier ("matrícula", "número de empleado": the masking reads them). A language's
-phrases are a file: a language without one speaks Portuguese (the product's first language).
+chat's fillers), the words the rules read as cues (references back, openers, topic switches),
+how its words are stemmed and told apart from other languages', the small-talk replies, the
+questions the rules ask back and the labels that announce an identifier ("matrícula", "número
+de empleado": the masking reads them). The languages the chat knows are the files: those here
+and those in the folders of ``CHATRAG_LANGUAGE_DIRS`` (separated by ``os.pathsep``; a file there
+replaces the built-in one of its name). A language's phrases are a file: a language without one
+speaks Portuguese (the product's first language).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 FOLDER = Path(__file__).resolve().parent
 FALLBACK = "pt"
+DIRS_VARIABLE = "CHATRAG_LANGUAGE_DIRS"
+_CODE = re.compile(r"[a-z]{2,3}")
 
 
 class LanguageDataError(ValueError):
     """A language file that cannot be used: the message names it and says why."""
+
+
+def folders() -> tuple[Path, ...]:
+    """The built-in folder, then those named by ``CHATRAG_LANGUAGE_DIRS``."""
+    extra = os.environ.get(DIRS_VARIABLE, "")
+    return (FOLDER, *(Path(p) for p in extra.split(os.pathsep) if p.strip()))
+
+
+@cache
+def _files(searched: tuple[Path, ...]) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for folder in searched:
+        if not folder.is_dir():
+            raise LanguageDataError(f"{folder}: {DIRS_VARIABLE} names a folder that is not there")
+        for path in sorted(folder.glob("*.json")):
+            if not _CODE.fullmatch(path.stem):
+                raise LanguageDataError(
+                    f"{path}: a language file is named by its code (pt.json, it.json)"
+                )
+            found[path.stem] = path  # a later folder's file replaces an earlier one's
+    return found
+
+
+def language_files(folder: Path | None = None) -> dict[str, Path]:
+    """Each language's file, in precedence order (a file's ``precedence``, then its code):
+    the first is preferred where two languages score alike."""
+    files = _files((folder,) if folder is not None else folders())
+    return dict(sorted(files.items(), key=lambda item: (_precedence(item[1]), item[0])))
+
+
+def _precedence(path: Path) -> int:
+    value = _data(path).get("precedence", 99)
+    if not isinstance(value, int):
+        raise LanguageDataError(f"{path}: precedence is not a whole number")
+    return value
+
+
+@cache
+def _data(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise LanguageDataError(f"{path}: not a language file ({exc!r})") from exc
+    if not isinstance(data, dict):
+        raise LanguageDataError(f"{path}: not a language file (not a JSON object)")
+    return data
+
+
+def language_data(language: str, folder: Path | None = None) -> dict[str, Any]:
+    """The parsed file of `language` ({} for a language without a file)."""
+    path = language_files(folder).get(language)
+    return _data(path) if path is not None else {}
+
+
+def language_codes(folder: Path | None = None) -> tuple[str, ...]:
+    """The languages the chat knows: one per file, in precedence order."""
+    return tuple(language_files(folder))
 
 
 @dataclass(frozen=True)
@@ -50,41 +116,80 @@ def phrases_load(path: Path) -> Phrases:
 
 
 @cache
-def phrases(language: str | None, folder: Path = FOLDER) -> Phrases:
-    """The phrases of `language` (Portuguese's where it has no file in `folder`)."""
-    path = folder / f"{language or FALLBACK}.json"
-    if not path.is_file():
-        path = FOLDER / f"{FALLBACK}.json"
+def phrases(language: str | None, folder: Path | None = None) -> Phrases:
+    """The phrases of `language` (Portuguese's where it has no file)."""
+    files = language_files(folder)
+    path = files.get(language or FALLBACK) or language_files()[FALLBACK]
     return phrases_load(path)
 
 
 @cache
-def stop_words(language: str, folder: Path = FOLDER) -> tuple[str, ...]:
+def stop_words(language: str, folder: Path | None = None) -> tuple[str, ...]:
     """The language's stop words as its file writes them: common words, then the chat's
     fillers (none for a language without a file)."""
-    path = folder / f"{language}.json"
-    if not path.is_file():
+    path = language_files(folder).get(language)
+    if path is None:
         return ()
     try:
-        lists = json.loads(path.read_text(encoding="utf-8"))["stop_words"]
+        lists = _data(path)["stop_words"]
         return tuple(str(w) for name in ("common", "fillers") for w in lists[name])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (KeyError, TypeError) as exc:
         raise LanguageDataError(f"{path}: no stop_words lists ({exc!r})") from exc
 
 
 @cache
-def identifier_labels(folder: Path = FOLDER) -> tuple[str, ...]:
-    """The labels that announce a personal identifier, of every language in `folder`.
+def identifier_labels(folder: Path | None = None) -> tuple[str, ...]:
+    """The labels that announce a personal identifier, of every language known.
 
     All languages at once: a question in Portuguese may quote a Mexican "RFC".
     """
     labels: list[str] = []
-    for path in sorted(folder.glob("*.json")):
-        try:
-            found = json.loads(path.read_text(encoding="utf-8")).get("identifier_labels", [])
-        except (OSError, ValueError) as exc:
-            raise LanguageDataError(f"{path}: not a language file ({exc!r})") from exc
+    for _, path in sorted(language_files(folder).items()):
+        found = _data(path).get("identifier_labels", [])
         if not isinstance(found, list):
             raise LanguageDataError(f"{path}: identifier_labels is not a list")
         labels.extend(str(label) for label in found)
     return tuple(dict.fromkeys(labels))
+
+
+_CONFIG_NAME = re.compile(r"[a-z_]{1,63}")
+
+
+def text_search_configs() -> dict[str, str]:
+    """Each language's PostgreSQL text-search configuration ("text_search_config":
+    "portuguese"), in precedence order; a language without one is searched with "simple"."""
+    configs: dict[str, str] = {}
+    for code, path in language_files().items():
+        config = _data(path).get("text_search_config")
+        if config is None:
+            continue
+        if not isinstance(config, str) or not _CONFIG_NAME.fullmatch(config):
+            raise LanguageDataError(f"{path}: text_search_config is not a configuration name")
+        configs[code] = config
+    return configs
+
+
+def word_list(language: str, section: str, name: str) -> tuple[str, ...]:
+    """A list of words or phrases from `section` of a language's file, normalised by the
+    caller; () where the file or the list is absent (a language need not say everything)."""
+    path = language_files().get(language)
+    if path is None:
+        return ()
+    found = _data(path).get(section, {})
+    values = found.get(name, []) if isinstance(found, dict) else None
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise LanguageDataError(f"{path}: {section}.{name} is not a list of strings")
+    return tuple(values)
+
+
+def language_text(language: str, section: str, name: str) -> str:
+    """One text (a pattern, a set of letters) from `section` of a language's file; "" where
+    the file or the entry is absent."""
+    path = language_files().get(language)
+    if path is None:
+        return ""
+    found = _data(path).get(section, {})
+    value = found.get(name, "") if isinstance(found, dict) else None
+    if not isinstance(value, str):
+        raise LanguageDataError(f"{path}: {section}.{name} is not a text")
+    return value

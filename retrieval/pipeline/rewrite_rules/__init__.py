@@ -10,6 +10,7 @@ import hashlib
 from pathlib import Path
 from typing import Final
 
+from retrieval.pipeline.languages import language_files
 from retrieval.pipeline.rewrite_rules.core import lexicon_words, rewrite_with_rules
 from retrieval.pipeline.tuning import DEFAULT_TUNING, Tuning
 
@@ -31,7 +32,9 @@ POLICY_SOURCES: Final = (
             "tuning.py",
         )
     ),
-    *sorted((_PIPELINE / "languages").glob("*.json")),  # the phrases it answers with
+    # Every language file in use, built-in or from CHATRAG_LANGUAGE_DIRS: the words the rules
+    # read and the phrases they answer with.
+    *(path for _, path in sorted(language_files().items())),
 )
 
 

@@ -9,234 +9,141 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from retrieval.pipeline.text import LANGUAGES, Token, token_spans
+from retrieval.pipeline.languages import language_text, word_list
+from retrieval.pipeline.text import LANGUAGES, Token, normalize, token_spans
 
 _LANGS: tuple[str, ...] = LANGUAGES
+_SECTION = "cues"
 
 
-def _set(words: str) -> frozenset[str]:
-    return frozenset(words.split())
+def _words(lang: str, name: str, *, surface: bool = False) -> frozenset[str]:
+    """One of the language file's cue lists: normalised words, or as written but case-folded
+    for a list of surface forms (a few words differ from a verb only by an accent)."""
+    return frozenset(
+        w.casefold() if surface else normalize(w) for w in word_list(lang, _SECTION, name)
+    )
 
 
+def _phrases(lang: str, name: str) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(normalize(p).split()) for p in word_list(lang, _SECTION, name))
+
+
+def _per_language(name: str, *, surface: bool = False) -> dict[str, frozenset[str]]:
+    return {lang: _words(lang, name, surface=surface) for lang in _LANGS}
+
+
+def _every_language(name: str) -> frozenset[str]:
+    return frozenset().union(*(_words(lang, name) for lang in _LANGS))
+
+
+def _every_languages_phrases(name: str) -> tuple[tuple[str, ...], ...]:
+    return tuple(dict.fromkeys(p for lang in _LANGS for p in _phrases(lang, name)))
+
+
+def _clitic(lang: str) -> re.Pattern[str]:
+    """A verb with a pronoun attached ("pedi-lo", "pedirlo"); a language without clitics has
+    none ((?!) matches nothing)."""
+    return re.compile(language_text(lang, _SECTION, "clitic_pattern") or r"(?!)")
+
+
+# The cue words of each language file's "cues" (retrieval/pipeline/languages/<lang>.json).
 # Pronouns and demonstratives that point back at something said before.
-ANAPHORS: dict[str, frozenset[str]] = {
-    "pt": _set(
-        "isso isto aquilo disso disto daquilo nisso nisto naquilo esse essa esses essas desse "
-        "dessa desses dessas nesse nessa nesses nessas deste desta destes destas neste nesta "
-        "nestes nestas aquele aquela aqueles aquelas daquele daquela naquele naquela ele ela "
-        "eles elas dele dela deles delas nele nela neles nelas"
-    ),
-    "es": _set(
-        "eso esto aquello ese esa esos esas aquel aquella aquellos aquellas ella ellos ellas "
-        "alli alla ahi"
-    ),
-    "en": _set(
-        "it its itself they them their theirs themselves he him his she her hers these those"
-    ),
-}
+ANAPHORS = _per_language("anaphors")
 # Demonstratives that are also verb forms without their accent: count them only as
 # determiners, written without the accent and followed by a content word ("esta regra").
-DETERMINERS_SURFACE: dict[str, frozenset[str]] = {
-    "pt": _set("este esta estes estas"),
-    "es": _set("este esta estos estas"),
-    "en": frozenset(),  # "this" has its own rule below
-}
+DETERMINERS_SURFACE = _per_language("determiners_surface", surface=True)
 # "esta semana", "this week": deictic time, not a reference to the conversation.
-_TIME_WORDS = _set(
-    "week weekend month year semester quarter time morning afternoon evening today "
-    "semana mes ano semestre trimestre vez momento manha tarde noite manana noche"
-)
-SURFACE_ANAPHORS: dict[str, frozenset[str]] = {
-    "pt": _set("lá"),
-    # "le"/"les" are only ever pronouns in Spanish (whether "they" will deduct something from
-    # a person's pay, after a colleague's stolen laptop); "lê" (reads) keeps its accent.
-    "es": _set("él le les"),
-    "en": frozenset(),
-}
-# Spanish object pronouns before the verb: two together ("me la pueden adelantar?") or one
-# opening the turn before a verb of asking ("lo puedo pedir?") point back at a thing.
-_ES_OBJECT = _set("lo la los las")
-_ES_DATIVE = _set("me te se nos le les")
-_ES_OF = _set("de del")
-_ES_VERBS_AFTER = _set(
-    "puedo puede pueden podes podemos tengo tiene tienen tenes debo debe deben pido piden "
-    "pago pagan cobro cobran devuelvo devuelven uso usan paso pasan"
-)
+_TIME_WORDS = _every_language("time_words")
+# Pronouns only in their written form ("lá"; Spanish "le"/"les" are only ever pronouns).
+SURFACE_ANAPHORS = _per_language("surface_anaphors", surface=True)
+# Object pronouns before the verb (Spanish): two together ("me la pueden adelantar?") or one
+# opening the turn before a verb of asking ("lo puedo pedir?") point back at a thing; the
+# noun left out before "de" ("la de junio"), except for the neuter pronoun.
+_OBJECT = _per_language("object_pronouns")
+_NEUTER_OBJECT = _per_language("neuter_object_pronouns")
+_DATIVE = _per_language("dative_pronouns")
+_OF = _per_language("of")
+_VERBS_AFTER = _per_language("verbs_after_object")
 # "¿a quién le pido...?": the pronoun doubles the "quién" beside it, nothing said before.
-_ES_DOUBLED_BY = _set("quien quienes")
+_DOUBLED_BY = _per_language("doubled_by")
 # Two-word references: "o mesmo", "lo mismo", "the same".
-ANAPHOR_PHRASES: dict[str, tuple[tuple[str, str], ...]] = {
-    "pt": (("o", "mesmo"), ("a", "mesma"), ("os", "mesmos"), ("as", "mesmas"), ("mesma", "coisa")),
-    "es": (("lo", "mismo"), ("la", "misma"), ("los", "mismos"), ("las", "mismas")),
-    "en": (("the", "same"), ("the", "former"), ("the", "latter")),
-}
+ANAPHOR_PHRASES = {lang: _phrases(lang, "anaphor_phrases") for lang in _LANGS}
 # Words that, ending a clause, leave out what they refer to ("...pedir demissão no meio").
-DANGLING: dict[str, frozenset[str]] = {
-    "pt": _set("meio durante depois antes"),
-    "es": _set("medio durante despues antes"),
-    "en": _set("during middle afterwards after before"),
-}
-_CLITIC_RE: dict[str, re.Pattern[str]] = {
-    "pt": re.compile(r"\w-(?:lo|la|los|las|lhe|lhes)$"),
-    "es": re.compile(r"\w{2,}[aei]r(?:se)?(?:lo|la|los|las)$"),
-    "en": re.compile(r"(?!)"),  # English has no clitics
-}
-# "It" that refers to nothing: "is it possible to...", "is it worth...".
-_EXPLETIVE_NEXT = _set(
-    "possible worth true necessary important ok okay safe better best hard easy required "
-    "recommended mandatory allowed normal common legal advisable enough"
-)
-_BE = _set("is are was were be been being isn't aren't wasn't weren't exist exists seem seems")
-# Words after which "that" is a pronoun rather than a conjunction: "about that", "does that".
-_THAT_PRONOUN_AFTER = _set(
-    "is was are about of for with do does did on in to by from after before like than and "
-    "or mean means use using"
-)
+DANGLING = _per_language("dangling")
+_CLITIC_RE = {lang: _clitic(lang) for lang in _LANGS}
+# A pronoun that refers to nothing: "is it possible to...", "is it worth...".
+_EXPLETIVE = _per_language("expletive_pronouns")
+_EXPLETIVE_NEXT = _per_language("expletive_next")
+# A demonstrative that points back unless a time word follows ("this" / "this week").
+_POINTING_UNLESS_TIME = _per_language("pointing_unless_time")
+# A word that is a pronoun after these words, a conjunction otherwise ("about that").
+_PRONOUN_THAT = _per_language("pronoun_that")
+_THAT_PRONOUN_AFTER = _per_language("pronoun_that_after")
+# A locative pronoun ("there"), unless a form of "to be" is beside it ("is there").
+_LOCATIVE = _per_language("locative_pronouns")
+_BE = _per_language("be_forms")
 
 # Turn openers that continue the previous question: "e para PJ?", "y en Chile?".
-OPENERS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "pt": (
-        ("e",),
-        ("mas", "e"),
-        ("quanto", "a"),
-        ("quanto", "ao"),
-        ("quanto", "aos"),
-        ("quanto", "as"),
-        ("tambem",),
-        ("e", "quanto"),
-        ("e", "se"),
-        ("mas", "e", "se"),
-        ("e", "no", "caso"),
-        ("e", "em", "caso"),
-    ),
-    "es": (
-        ("y",),
-        ("pero", "y"),
-        ("en", "cuanto"),
-        ("que", "tal"),
-        ("tambien",),
-        ("y", "si"),
-        ("pero", "y", "si"),
-        ("y", "en", "caso"),
-    ),
-    "en": (
-        ("and",),
-        ("what", "about"),
-        ("how", "about"),
-        ("what", "if"),
-        ("also",),
-        ("but", "what"),
-        ("same", "for"),
-        ("and", "if"),
-        ("but", "if"),
-    ),
-}
+OPENERS = {lang: _phrases(lang, "openers") for lang in _LANGS}
 # Openers of a hypothetical ("e se eu estiver de férias?"): they always continue.
-_HYPOTHETICAL = frozenset({"se", "si", "if", "caso"})
+_HYPOTHETICAL = _every_language("hypothetical")
 # Phrases that ask about the previous topic without naming it ("muda alguma coisa se...").
-_CONTINUATIONS: tuple[tuple[str, ...], ...] = (
-    ("muda", "alguma", "coisa"),
-    ("muda", "algo"),
-    ("vale", "tambem"),
-    ("tambem", "vale"),
-    ("cambia", "algo"),
-    ("aplica", "tambien"),
-    ("tambien", "aplica"),
-    ("anything", "change"),
-    ("anything", "different"),
-    ("any", "difference"),
-    ("also", "apply"),
-    ("still", "apply"),
-    ("apply", "too"),
-)
+_CONTINUATIONS = _every_languages_phrases("continuations")
 # Leading chatter skipped before looking for an opener: "ok, e para PJ?".
-_LEAD_FILLER = _set(
-    "ok okay so then great thanks entendi certo beleza bueno vale perfeito perfecto"
-)
+_LEAD_FILLER = _every_language("lead_fillers")
 # Explicit topic changes: "mudando de assunto", "changing the subject".
-_SWITCH_VERBS = _set("mudando mudar trocando cambiando cambiar changing change switching switch")
-_SWITCH_NOUNS = _set("assunto tema subject topic topics")
-_SWITCH_PHRASES = (
-    ("outra", "pergunta"),
-    ("outra", "duvida"),
-    ("nova", "pergunta"),
-    ("outro", "assunto"),
-    ("otra", "pregunta"),
-    ("otra", "duda"),
-    ("nueva", "pregunta"),
-    ("otro", "tema"),
-    ("another", "question"),
-    ("new", "question"),
-    ("different", "question"),
-    ("unrelated",),
-    ("another", "topic"),
-    ("different", "topic"),
-    ("outro", "tema"),
-    ("otro", "asunto"),
-    ("otra", "cosa"),
-    ("outra", "coisa"),
-    ("otra", "consulta"),
-    ("outra", "consulta"),
-    ("something", "else"),
-    ("mudando", "de"),
-    ("mudanca", "de"),
-)
+_SWITCH_VERBS = _every_language("switch_verbs")
+_SWITCH_NOUNS = _every_language("switch_nouns")
+_SWITCH_PHRASES = _every_languages_phrases("switch_phrases")
 # "e sobre …", "y sobre …", "e acerca de …": a subject of its own unless it is a facet.
-_ABOUT_OPENERS = frozenset({("e", "sobre"), ("y", "sobre"), ("e", "acerca"), ("y", "acerca")})
-_ARTICLES = _set("o a os as um uma el la los las un una do da dos das de del")
+_ABOUT_OPENERS = frozenset(_every_languages_phrases("about_openers"))
+_ARTICLES = _every_language("articles")
 # Phrases that change the subject only where a turn starts ("outra coisa, quanto é...";
 # "posso fazer outra coisa?" does not): checked within the first words.
 _SWITCH_OPENING = 4
 # Words that open a question or a clause with its own verb, after "e"/"y"/"and" or ",".
-QUESTION_STARTERS: dict[str, frozenset[str]] = {
-    "pt": _set(
-        "como qual quais quanto quanta quantos quantas quando onde quem porque oque posso "
-        "pode podem devo preciso precisa tenho tem existe existem se"
-    ),
-    "es": _set(
-        "como cual cuales cuanto cuanta cuantos cuantas cuando donde quien porque puedo "
-        "puede pueden debo necesito necesita tengo tiene hay existe si"
-    ),
-    "en": _set(
-        "how what when where which who whom why can could do does did is are was were should "
-        "will would if may must"
-    ),
-}
+QUESTION_STARTERS = _per_language("question_starters")
 # Two-word starters: "o que", "por que", "lo que", "por qué".
-QUESTION_STARTER_PAIRS = frozenset({("o", "que"), ("por", "que"), ("lo", "que"), ("que", "es")})
-CONJUNCTIONS = _set("e y and")
+QUESTION_STARTER_PAIRS = frozenset(_every_languages_phrases("question_starter_pairs"))
+CONJUNCTIONS = _every_language("conjunctions")
 
 
 def _langs(lang: str | None) -> tuple[str, ...]:
     return (lang,) if lang in _LANGS else _LANGS
 
 
-def _is_expletive_it(words: Sequence[str], i: int) -> bool:
-    after = set(words[i + 1 : i + 4])
-    return bool(after & _EXPLETIVE_NEXT)
+def _is_expletive(code: str, words: Sequence[str], i: int) -> bool:
+    """ "is it possible", "is it worth": a pronoun that refers to nothing."""
+    if words[i] not in _EXPLETIVE[code]:
+        return False
+    return bool(set(words[i + 1 : i + 4]) & _EXPLETIVE_NEXT[code])
 
 
-def _is_pronoun_that(words: Sequence[str], i: int) -> bool:
+def _is_pronoun_that(code: str, words: Sequence[str], i: int) -> bool:
+    if words[i] not in _PRONOUN_THAT[code]:
+        return False
     if i == len(words) - 1 or i == 0:
         return True
-    return words[i - 1] in _THAT_PRONOUN_AFTER
+    return words[i - 1] in _THAT_PRONOUN_AFTER[code]
 
 
-def _is_locative_there(words: Sequence[str], i: int) -> bool:
+def _is_locative(code: str, words: Sequence[str], i: int) -> bool:
+    if words[i] not in _LOCATIVE[code]:
+        return False
     nxt = words[i + 1] if i + 1 < len(words) else ""
     prev = words[i - 1] if i else ""
-    return nxt not in _BE and prev not in _BE
+    return nxt not in _BE[code] and prev not in _BE[code]
 
 
-def _is_object_pronoun(words: Sequence[str], i: int) -> bool:
+def _is_object_pronoun(code: str, words: Sequence[str], i: int) -> bool:
     """ "me la pueden adelantar?", "se lo descuentan?", "lo puedo pedir?", and the noun left
     out in "la de junio", "los de la cooperativa" (Spanish)."""
-    if words[i] not in _ES_OBJECT or i + 1 >= len(words):
+    if words[i] not in _OBJECT[code] or i + 1 >= len(words):
         return False
-    if words[i] != "lo" and words[i + 1] in _ES_OF:
+    if words[i] not in _NEUTER_OBJECT[code] and words[i + 1] in _OF[code]:
         return True
-    after_dative = i > 0 and words[i - 1] in _ES_DATIVE
-    return after_dative or (i == 0 and words[1] in _ES_VERBS_AFTER)
+    after_dative = i > 0 and words[i - 1] in _DATIVE[code]
+    return after_dative or (i == 0 and words[1] in _VERBS_AFTER[code])
 
 
 def _is_same_phrase(words: Sequence[str], i: int, code: str, content: frozenset[str]) -> bool:
@@ -246,6 +153,27 @@ def _is_same_phrase(words: Sequence[str], i: int, code: str, content: frozenset[
     return i + 2 >= len(words) or words[i + 2] not in content
 
 
+def _points_back(
+    code: str, words: Sequence[str], surface: str, i: int, content: frozenset[str]
+) -> bool:
+    """Whether word `i` refers back to something said before, read as language `code`."""
+    word = words[i]
+    nxt = words[i + 1] if i + 1 < len(words) else ""
+    return (
+        word in ANAPHORS[code]
+        or surface in SURFACE_ANAPHORS[code]
+        or (surface in DETERMINERS_SURFACE[code] and nxt in content - _TIME_WORDS)
+        or _is_object_pronoun(code, words, i)
+        or (word in _POINTING_UNLESS_TIME[code] and nxt not in _TIME_WORDS)
+        or _is_pronoun_that(code, words, i)
+        or _is_locative(code, words, i)
+        or bool(_CLITIC_RE[code].search(word))
+        or _is_same_phrase(words, i, code, content)
+        or any(tuple(words[i : i + len(p)]) == p for p in _CONTINUATIONS)
+        or (i == len(words) - 1 and i > 0 and word in DANGLING[code])
+    )
+
+
 def find_anaphors(tokens: Sequence[Token], lang: str | None, content: frozenset[str]) -> list[int]:
     """Return the positions of words that refer back to something said before."""
     words = [t.norm for t in tokens]
@@ -253,28 +181,15 @@ def find_anaphors(tokens: Sequence[Token], lang: str | None, content: frozenset[
     for i, token in enumerate(tokens):
         word, surface = words[i], token.text.casefold()
         nxt = words[i + 1] if i + 1 < len(words) else ""
+        prev = words[i - 1] if i else ""
         for code in _langs(lang):
-            if code == "en" and word == "it" and _is_expletive_it(words, i):
+            if _is_expletive(code, words, i):
                 continue
             if word in ANAPHORS[code] and nxt in _TIME_WORDS:
                 continue  # "desse ano", "nesta semana": this year, not "that one"
-            prev = words[i - 1] if i else ""
-            if code == "es" and surface in SURFACE_ANAPHORS[code] and prev in _ES_DOUBLED_BY:
+            if surface in SURFACE_ANAPHORS[code] and prev in _DOUBLED_BY[code]:
                 continue
-            hit = (
-                word in ANAPHORS[code]
-                or surface in SURFACE_ANAPHORS[code]
-                or (surface in DETERMINERS_SURFACE[code] and nxt in content - _TIME_WORDS)
-                or (code == "es" and _is_object_pronoun(words, i))
-                or (code == "en" and word == "this" and nxt not in _TIME_WORDS)
-                or (code == "en" and word == "that" and _is_pronoun_that(words, i))
-                or (code == "en" and word == "there" and _is_locative_there(words, i))
-                or bool(_CLITIC_RE[code].search(word))
-                or _is_same_phrase(words, i, code, content)
-                or any(tuple(words[i : i + len(p)]) == p for p in _CONTINUATIONS)
-                or (i == len(words) - 1 and i > 0 and word in DANGLING[code])
-            )
-            if hit:
+            if _points_back(code, words, surface, i, content):
                 found.append(i)
                 break
     return found
@@ -283,19 +198,7 @@ def find_anaphors(tokens: Sequence[Token], lang: str | None, content: frozenset[
 # Words that ask about a facet of a topic rather than name one ("qual o prazo?", "what is the
 # cost?"): an elliptical follow-up that swaps the topic keeps them ("e férias?" after "prazo
 # do reembolso" asks for the vacation deadline).
-FACETS = _set(
-    """
-    prazo prazos valor valores limite limites quanto quantos quantas regra regras desconto
-    descontos documento documentos requisito requisitos direito direitos pagamento data
-    datas dia dias periodo procedimento processo custo custos taxa taxas percentual politica
-    carencia aviso multa calculo teto minimo maximo horario frequencia elegibilidade
-    plazo plazos limite cuanto cuantos cuantas regla reglas descuento pago fecha fechas
-    procedimiento proceso costo coste tasa porcentaje
-    deadline deadlines value amount limit limits many much rule rules discount requirement
-    requirements eligibility right rights payment date dates day days period process
-    procedure cost costs price prices fee fees rate rates percentage policy minimum maximum
-    """
-)
+FACETS = _every_language("facets")
 
 
 def strip_lead_filler(tokens: Sequence[Token]) -> list[Token]:
@@ -395,23 +298,7 @@ def starts_clause(tokens: Sequence[Token], lang: str | None) -> bool:
 
 # "voltando ao primeiro assunto", "lo primero que te pregunté", "going back to the first
 # question": a reference to the start of the conversation.
-_START_PHRASES: tuple[tuple[str, ...], ...] = (
-    ("primeiro", "assunto"),
-    ("primeira", "pergunta"),
-    ("primeira", "duvida"),
-    ("primeira", "coisa"),
-    ("inicio", "da", "conversa"),
-    ("comeco", "da", "conversa"),
-    ("lo", "primero"),
-    ("primer", "tema"),
-    ("primera", "pregunta"),
-    ("primera", "consulta"),
-    ("principio", "de", "la", "conversacion"),
-    ("first", "question"),
-    ("first", "topic"),
-    ("first", "thing"),
-    ("start", "of", "the", "conversation"),
-)
+_START_PHRASES = _every_languages_phrases("start_phrases")
 
 
 def refers_to_start(tokens: Sequence[Token]) -> bool:
@@ -426,26 +313,24 @@ def refers_to_start(tokens: Sequence[Token]) -> bool:
 
 # "What are <acronym> <noun>?", "what is an <noun>?", "Explain <name>.": English asks what a
 # thing is by naming it; "the" ("what is the limit?") or a pronoun points back instead.
-_DEFINITION_STARTS = (("what", "is"), ("what", "are"), ("explain",), ("define",))
-_DEFINITION_OPENERS = _set("so and ok okay then but")
-_POINTING_WORDS = _set(
-    "the this that these those it its they them their there here such other others another "
-    "same which all some any more each both either former latter he she his her him"
-)
+_DEFINITION_STARTS = {lang: _phrases(lang, "definition_starts") for lang in _LANGS}
+_DEFINITION_OPENERS = _per_language("definition_openers")
+_POINTING_WORDS = _per_language("pointing_words")
 
 
 def names_what_it_defines(tokens: Sequence[Token], lang: str | None) -> bool:
-    """Whether an English turn asks what something is and names that thing in full: "what
-    are VPC clusters?" asks about VPC clusters whatever came before; "what is the
-    difference?" or "what is it?" asks about the conversation's subject. Portuguese and
-    Spanish put an article before any noun, so only English says this by its words."""
-    if lang != "en":
+    """Whether a turn asks what something is and names that thing in full: "what are VPC
+    clusters?" asks about VPC clusters whatever came before; "what is the difference?" or
+    "what is it?" asks about the conversation's subject. Portuguese and Spanish put an
+    article before any noun, so only a language whose file lists `definition_starts`
+    (English) says this by its words."""
+    if lang is None or not _DEFINITION_STARTS.get(lang):
         return False
     words = [t.norm for t in tokens]
-    while words and words[0] in _DEFINITION_OPENERS:
+    while words and words[0] in _DEFINITION_OPENERS[lang]:
         words = words[1:]
-    for start in _DEFINITION_STARTS:
+    for start in _DEFINITION_STARTS[lang]:
         if tuple(words[: len(start)]) == start:
             subject = words[len(start) :]
-            return bool(subject) and not any(w in _POINTING_WORDS for w in subject)
+            return bool(subject) and not any(w in _POINTING_WORDS[lang] for w in subject)
     return False
