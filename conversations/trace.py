@@ -45,6 +45,36 @@ BACKEND_LABELS = {
     "none": gettext_lazy("sem reescrita"),
     "last-turn": gettext_lazy("pergunta anterior + atual"),
 }
+# What each named rule did, in the page's language (retrieval's rule ids, docs/decisions.md):
+# the trace shows the label, then the rule's own detail (the words it changed).
+RULE_LABELS = {
+    "small_talk": gettext_lazy("conversa: respondida sem buscar"),
+    "spelling": gettext_lazy("ortografia corrigida"),
+    "glossary": gettext_lazy("termo do glossário expandido"),
+    "glossary_ordinary_word": gettext_lazy("palavra comum, não expandida"),
+    "split": gettext_lazy("pergunta dividida em partes"),
+    "carry_topic": gettext_lazy("assunto da conversa retomado"),
+    "substitute": gettext_lazy("referência trocada pelo assunto"),
+    "topic_swap": gettext_lazy("talvez outro assunto: buscado também"),
+    "keep_as_asked": gettext_lazy("mantida como foi perguntada"),
+    "nothing_to_carry": gettext_lazy("nada anterior a retomar"),
+    "asks_definition": gettext_lazy("pergunta o que algo é: mantida"),
+    "maybe_follow_up": gettext_lazy("talvez uma continuação"),
+    "ask_pointer": gettext_lazy("refere-se a algo fora da conversa: perguntou de volta"),
+    "ask_out_of_sight": gettext_lazy("início da conversa fora de vista: perguntou de volta"),
+    "llm_fallback": gettext_lazy("o modelo falhou: regras usadas"),
+    "new_topic": gettext_lazy("lida como assunto novo"),
+    "follow_up": gettext_lazy("lida como continuação"),
+    "both_readings": gettext_lazy("as duas leituras buscadas"),
+    "country": gettext_lazy("país da pergunta"),
+    "area": gettext_lazy("área da pergunta"),
+    "reply_documents": gettext_lazy("páginas da resposta anterior"),
+    "ask_siblings": gettext_lazy("páginas parecidas: perguntou qual"),
+    "version": gettext_lazy("versão vigente preferida"),
+    "hyde": gettext_lazy("hipótese (HyDE)"),
+    "rerank": gettext_lazy("reordenadas pelo modelo"),
+    "rewrite_cache": gettext_lazy("reescrita reaproveitada"),
+}
 # Hits kept in a trace: enough for review, small enough for a row.
 TRACE_HITS = 30
 
@@ -345,6 +375,7 @@ class TraceRewrite:
     glossary: tuple[TraceGlossaryHit, ...] = ()
     corrections: tuple[tuple[str, str], ...] = ()  # (typed, corrected), sorted
     notes: tuple[str, ...] = ()
+    rules: tuple[tuple[str, str], ...] = ()  # (rule id, its detail), in the order they fired
     anomalies: tuple[str, ...] = ()
     clarification: TraceClarification | None = None  # only when it asked back
     error: str = ""  # why the rewrite fell back, if it did
@@ -380,6 +411,9 @@ class TraceRewrite:
                 else ()
             ),
             notes=_strings(data.get("notes")),
+            rules=tuple(
+                (_text(r.get("id")), _text(r.get("detail"))) for r in _dicts(data.get("rules"))
+            ),
             anomalies=_strings(data.get("anomalies")),
             clarification=TraceClarification(
                 _text(clarification.get("question")), _strings(clarification.get("options"))
@@ -583,7 +617,8 @@ class RewriteView:
     queries: list[QueryView] = field(default_factory=list)
     glossary: list[TraceGlossaryHit] = field(default_factory=list)
     corrections: list[tuple[str, str]] = field(default_factory=list)  # (typed, corrected)
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # every note, the rules' details among them
+    rules: list[tuple[str, str]] = field(default_factory=list)  # (rule id, detail)
     anomalies: list[str] = field(default_factory=list)
     clarification: TraceClarification | None = None
     error: str = ""
@@ -612,6 +647,7 @@ def rewrite_view(rewrite: TraceRewrite, searched: Sequence[TraceQuery]) -> Rewri
         glossary=list(rewrite.glossary),
         corrections=list(rewrite.corrections),
         notes=list(rewrite.notes),
+        rules=list(rewrite.rules),
         anomalies=list(rewrite.anomalies),
         clarification=rewrite.clarification,
         error=rewrite.error,
@@ -645,7 +681,10 @@ def rewrite_block(view: RewriteView, *, original: str, errors: Sequence[str]) ->
         ],
         "glossary": [{"term": g.term, "expansion": g.expansion} for g in view.glossary],
         "corrections": dict(view.corrections),
-        "notes": list(view.notes),
+        # The named rules (the page shows each by its translated label, then its detail),
+        # and the notes no rule wrote.
+        "rules": [{"id": rule, "detail": detail} for rule, detail in view.rules],
+        "notes": [n for n in view.notes if n not in {detail for _, detail in view.rules}],
         "anomalies": list(view.anomalies),
         "clarification": view.clarification.json() if view.clarification else None,
         "errors": list(errors),

@@ -341,6 +341,7 @@
       queries: frame.queries || [],
       glossary: frame.glossary || [],
       corrections: Object.entries(frame.corrections || {}),
+      rules: frame.rules || [],
       notes: frame.notes || [],
       anomalies: frame.anomalies || [],
       errors: frame.errors || [],
@@ -376,7 +377,18 @@
       item.append(el("del", "", wrong), " → ", el("ins", "", right));
       return item;
     });
-    fillRow(grid, "notes", trace.notes, (note) => el("li", "", note));
+    // Each named rule by its label in the page's language, then its own detail; then the
+    // notes no rule wrote.
+    const notes = [...trace.rules.map((rule) => ({ rule })), ...trace.notes.map((note) => ({ note }))];
+    fillRow(grid, "notes", notes, (item) => {
+      if (!item.rule) return el("li", "", item.note);
+      const li = el("li", "rule");
+      li.dataset.rule = item.rule.id;
+      const label = el("span", "rule-label", T.rules[item.rule.id] || item.rule.id);
+      label.title = item.rule.id;
+      li.append(label, " ", el("span", "rule-detail", item.rule.detail || ""));
+      return li;
+    });
     fillRow(grid, "anomalies", trace.anomalies, (note) => el("li", "", note));
     fillRow(grid, "errors", trace.errors, (note) => el("li", "", note));
     slot(grid, "backend").textContent =

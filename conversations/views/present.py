@@ -17,6 +17,7 @@ from conversations.models import Message, TurnTrace
 from conversations.trace import (
     BACKEND_LABELS,
     QUERY_TYPE_LABELS,
+    RULE_LABELS,
     read_trace,
     rewrite_block,
     rewrite_view,
@@ -40,6 +41,7 @@ def chat_labels() -> dict[str, Any]:
         },
         "queryTypes": QUERY_TYPE_LABELS,
         "backends": BACKEND_LABELS,
+        "rules": RULE_LABELS,
         "weight": _("peso"),
         "untitled": _("Sem título"),
         "newConversation": _("Nova conversa"),
@@ -240,6 +242,8 @@ def trace_view(trace: TurnTrace | None, *, question: str) -> dict[str, Any] | No
     for query, shown in zip(block["queries"], view.queries, strict=True):
         query["label"] = shown.type_label
         query["segments"] = highlight_segments(shown.text, expansions)
+    for rule in block["rules"]:
+        rule["label"] = str(RULE_LABELS.get(rule["id"], rule["id"]))
     block["backend_label"] = view.backend_label
     return block
 

@@ -155,13 +155,24 @@ def test_follow_up_is_resolved_from_the_previous_question(page: Page, live_url: 
     login(page, live_url, "ana")
     ask(page, "como funciona o reembolso de despesas?")
     follow_up = ask(page, "e para quem é PJ?")
-    open_trace(follow_up)
+    trace = open_trace(follow_up)
     queries = query_texts(follow_up)
     assert any(
         "reembolso" in text.lower() and ("pj" in text.lower() or "pessoa jurídica" in text.lower())
         for _, text in queries
     ), f"no query combines reembolso and PJ: {queries}"
+    # The rule that carried the topic is named in the page's language, its detail beside it.
+    carried = trace.locator('.rule[data-rule="carry_topic"]').first
+    expect(carried.locator(".rule-label")).to_have_text("assunto da conversa retomado")
+    expect(carried.locator(".rule-detail")).to_contain_text("reembolso")
     shot(page, "04-follow-up")
+    # After a reload, in English, the stored trace names it in English.
+    page.get_by_role("button", name="English").click()
+    stored = page.locator("#messages > .turn").last
+    trace = open_trace(stored)
+    expect(trace.locator('.rule[data-rule="carry_topic"] .rule-label').first).to_have_text(
+        "conversation topic carried"
+    )
 
 
 def test_multi_topic_question_is_decomposed(page: Page, live_url: str) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
+from django.utils import translation
 
 from conversations.models import TurnTrace
 from conversations.quality.review.timeline import turn_review_for_trace
@@ -191,9 +192,39 @@ def test_the_live_rewrite_frame_and_the_stored_trace_agree(
     del page["backend_label"]
     for query in page["queries"]:
         del query["label"], query["segments"]
+    for rule in page["rules"]:
+        del rule["label"]
     assert page == live
 
     boss = User.objects.create_superuser("boss", password="pw-boss-123")
     review = turn_review_for_trace(trace=row, viewer=boss)
     timeline = rewrite_block(review.rewrite, original=question, errors=review.errors)
     assert timeline == live
+
+
+def test_the_page_names_each_rule_that_fired_in_the_pages_language() -> None:
+    detail = "spelling: 'ferias' -> 'férias'"
+    row = _row(
+        rewrite={
+            **REWRITE,
+            "notes": [*REWRITE["notes"], detail],
+            "rules": [{"id": "spelling", "detail": detail}, {"id": "someday_rule", "detail": "x"}],
+        }
+    )
+    pages = {}
+    for language in ("pt-br", "en", "es"):
+        with translation.override(language):
+            pages[language] = trace_view(row, question="q?")
+    labels = {lang: [r["label"] for r in page["rules"]] for lang, page in pages.items() if page}
+    assert labels == {
+        "pt-br": ["ortografia corrigida", "someday_rule"],
+        "en": ["spelling corrected", "someday_rule"],
+        "es": ["ortografía corregida", "someday_rule"],
+    }
+    page = pages["en"]
+    assert page is not None and page["rules"][0]["detail"] == detail
+    # A rule's detail is shown once, beside its label, not again among the notes.
+    assert page["notes"] == REWRITE["notes"]
+    # A trace stored before rules were kept shows its notes as they were.
+    old = trace_view(_row(rewrite={**REWRITE, "notes": [detail]}), question="q?")
+    assert old is not None and old["rules"] == [] and old["notes"] == [detail]

@@ -273,6 +273,7 @@ def _redact(
         # The original query is the person's own words; every other one is derived.
         query.text = scrub(query.text) if query.type == "original" else derived(query.text)
     review.rewrite.notes = [derived(n) for n in review.rewrite.notes]
+    review.rewrite.rules = [(rule, derived(detail)) for rule, detail in review.rewrite.rules]
     # The searched words a quoted line says may be words carried from a restricted page.
     check = review.answer_check
     review.answer_check = replace(
@@ -316,6 +317,11 @@ def _redact_corrections(review: TurnReview, redactor: TurnRedactor, *, question:
             n
             for n in (pattern.sub(wrong, note) for note in review.rewrite.notes)
             if "spelling:" not in n
+        ]
+        review.rewrite.rules = [
+            (rule, pattern.sub(wrong, detail))
+            for rule, detail in review.rewrite.rules
+            if rule != "spelling"
         ]
     review.rewrite.corrections = []
 
