@@ -10,209 +10,77 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from .text import normalize, token_spans
+from .languages import language_data, word_list
+from .text import LANGUAGES, normalize, token_spans
 
 AnswerKind = Literal["duration", "amount", "condition", "steps"]
 
-# What the question asks for, from its wording (normalised, accents stripped), tried in
-# this order: "quanto tempo" is a duration before "quanto" is an amount.
-_CUE_PHRASES: tuple[tuple[AnswerKind, tuple[str, ...]], ...] = (
-    (
-        "duration",
-        (
-            "quanto tempo",
-            "qnto tempo",
-            "qto tempo",
-            "prazo",
-            "prazos",
-            "quando",
-            "qnd",
-            "qdo",
-            "ate quando",
-            "que dia",
-            "data",
-            "cuanto tiempo",
-            "plazo",
-            "cuando",
-            "hasta cuando",
-            "que fecha",
-            "fecha",
-            "how long",
-            "when",
-            "deadline",
-            "by when",
-            "what date",
-            "vencimento",
-            "vence",
-            # how far ahead: "com quanta antecedência", "con cuánta anticipación"
-            "antecedencia",
-            "anticipacion",
-            # a count of days, weeks or months is a duration, not an amount of money
-            "quantos dias",
-            "qntos dias",
-            "quantas semanas",
-            "quantos meses",
-            "quantas horas",
-            "cuantos dias",
-            "cuantas semanas",
-            "cuantos meses",
-            "cuantas horas",
-            "how many days",
-            "how many weeks",
-            "how many months",
-            "how many hours",
-            # how often is a period too, not an amount
-            "quantas vezes",
-            "qntas vezes",
-            "cuantas veces",
-            "how often",
-            "how many times",
-        ),
-    ),
-    (
-        "amount",
-        (
-            "quanto",
-            "qnto",
-            "qto",
-            "quanta",
-            "quantos",
-            "quantas",
-            "valor",
-            "valores",
-            "teto",
-            "limite",
-            "custa",
-            "custo",
-            "quanto sai",
-            "cuanto sale",
-            "percentual",
-            "desconto",
-            "cuanto",
-            "cuanta",
-            "cuantos",
-            "cuantas",
-            "monto",
-            "importe",
-            "tope",
-            "cuesta",
-            "how much",
-            "how many",
-            "amount",
-            "limit",
-            "cost",
-            "rate",
-            "percent",
-            "fee",
-            "price",
-        ),
-    ),
-    ("duration", ("demora", "tarda")),
-    (
-        "steps",
-        (
-            "como",
-            "onde",
-            "donde",
-            "how do",
-            "how can",
-            "how to",
-            "where",
-            "peco",
-            "solicito",
-            "pedir",
-            "solicitar",
-            "request",
-            "apply",
-            "registrar",
-            "tramite",
-            "indico",
-            "cobro",
-            "mandar",
-            "enviar",
-        ),
-    ),
-    (
-        "condition",
-        (
-            "posso",
-            "pode",
-            "podem",
-            "tenho direito",
-            "tem direito",
-            "direito",
-            "vale para",
-            "vale pra",
-            "recebe",
-            "recebo",
-            "ganho",
-            "ganha",
-            "perco",
-            "perde",
-            "mantem",
-            "manter",
-            "continua",
-            "precisa",
-            "da pra",
-            "da para",
-            "tem como",
-            "consigo",
-            "puedo",
-            "se puede",
-            "es posible",
-            "puede",
-            "tengo derecho",
-            "derecho",
-            "corresponde",
-            "pierdo",
-            "mantiene",
-            "can i",
-            "am i",
-            "do i",
-            "is it",
-            "entitled",
-            "eligible",
-            "allowed",
-            "keep",
-            "lose",
-            "need",
-        ),
-    ),
+# The words and phrases of each language file's "asks" (retrieval/pipeline/languages):
+# what a question asks for, normalised, whatever the turn's language (a Spanish page may be
+# asked about in Portuguese). Tried in this order: "quanto tempo" is a duration before
+# "quanto" is an amount, and "quanto demora" an amount before "demora" a duration.
+_KIND_ORDER: tuple[tuple[AnswerKind, str], ...] = (
+    ("duration", "duration"),
+    ("amount", "amount"),
+    ("duration", "duration_after_amount"),
+    ("steps", "steps"),
+    ("condition", "condition"),
+)
+_SECTION = "asks"
+
+
+def _all(name: str) -> tuple[str, ...]:
+    """One list of every language file's "asks", normalised, in file order, once each."""
+    return tuple(
+        dict.fromkeys(
+            " ".join(normalize(p).split())
+            for lang in LANGUAGES
+            for p in word_list(lang, _SECTION, name)
+        )
+    )
+
+
+def _kind_phrases(name: str) -> tuple[str, ...]:
+    return tuple(
+        dict.fromkeys(
+            " ".join(normalize(p).split())
+            for lang in LANGUAGES
+            for p in language_data(lang).get(_SECTION, {}).get("kinds", {}).get(name, ())
+        )
+    )
+
+
+_CUE_PHRASES: tuple[tuple[AnswerKind, tuple[str, ...]], ...] = tuple(
+    (kind, _kind_phrases(name)) for kind, name in _KIND_ORDER
 )
 # "como" asks how only where a clause starts ("como peço", "e como incluo"); inside one it
 # compares ("conta como extra", "tanto como").
-_CLAUSE_ONLY = frozenset({"como"})
-_CLAUSE_START = r"(?:^|[,;:!?.]\s*|\b(?:e|y|mas|pero|and|sabe|sabes|sabem)\s+)"
+_CLAUSE_ONLY = frozenset(_all("clause_only"))
+_CLAUSE_START = (
+    r"(?:^|[,;:!?.]\s*|\b(?:" + "|".join(re.escape(w) for w in _all("clause_openers")) + r")\s+)"
+)
+
+
+def _cue_pattern(phrases: tuple[str, ...]) -> re.Pattern[str]:
+    anywhere = [re.escape(p) for p in phrases if p not in _CLAUSE_ONLY]
+    alternatives = [r"\b(?:" + "|".join(anywhere) + r")\b"] if anywhere else []
+    alternatives += [_CLAUSE_START + re.escape(p) + r"\b" for p in phrases if p in _CLAUSE_ONLY]
+    return re.compile("|".join(alternatives) or r"(?!)")  # (?!) matches nothing
+
+
 _KIND_CUES: tuple[tuple[AnswerKind, re.Pattern[str]], ...] = tuple(
-    (
-        kind,
-        re.compile(
-            "|".join(
-                [
-                    r"\b(?:"
-                    + "|".join(re.escape(p) for p in phrases if p not in _CLAUSE_ONLY)
-                    + r")\b"
-                ]
-                + [_CLAUSE_START + re.escape(p) + r"\b" for p in phrases if p in _CLAUSE_ONLY]
-            )
-        ),
-    )
-    for kind, phrases in _CUE_PHRASES
+    (kind, _cue_pattern(phrases)) for kind, phrases in _CUE_PHRASES
 )
 # The units in "quantos dias" name what is counted, a topic word ("banco de horas").
-_UNITS = frozenset({"dias", "semanas", "meses", "horas", "days", "weeks", "months", "hours"})
+_UNITS = frozenset(_all("units"))
 # "quantas vezes" asks how often: "vezes" names no topic (see _topic_tokens).
-COUNTING_WORDS = frozenset({"vezes", "veces", "times"})
+COUNTING_WORDS = frozenset(_all("counting"))
 CUE_WORDS = frozenset(
     w for _, phrases in _CUE_PHRASES for p in phrases for w in p.split() if w not in _UNITS
 )
 # A period, as a noun or an adjective ("o limite mensal", "el tope anual"): it says how a
 # figure is counted, not what it is about.
-PERIOD_WORDS = frozenset(
-    "dia dias semana semanas mes meses ano anos diario diaria diarios semanal mensal anual "
-    "mensual day days week weeks month months year years daily weekly "
-    "monthly yearly annual".split()
-)
+PERIOD_WORDS = frozenset(_all("periods"))
 
 
 def names_no_topic(term: str) -> bool:
@@ -223,13 +91,9 @@ def names_no_topic(term: str) -> bool:
 
 
 # "How does it work" and "what happens if" ask for the rule itself, not for the steps of
-# a request ("o que acontece se eu pedir demissão?" names "pedir", a request word).
-_GENERAL = re.compile(
-    r"\b(?:como funciona|como e que funciona|como fica|como era|como eram|como funcionava|"
-    r"como va|como es|how does|how do(?:es)? \w+ work|what are the rules|"
-    # what happens if: the rule for a case, not the steps of a request
-    r"o que acontece|que acontece|que pasa|que sucede|what happens)\b"
-)
+# a request ("o que acontece se eu pedir demissão?" names "pedir", a request word): each
+# language file's "asks_the_rule_patterns" (regular expressions over normalised words).
+_GENERAL = re.compile(r"\b(?:" + "|".join(_all("asks_the_rule_patterns")) + r")\b")
 
 
 def answer_kind(question: str) -> AnswerKind | None:
@@ -247,11 +111,8 @@ def answer_kind(question: str) -> AnswerKind | None:
 # no page is about them, yet in the full-text leg, weighted by rarity, "vezes" outranked the
 # topic (a profit-sharing question asking in how many instalments found another benefit's
 # "once a year").
-_ASKING = frozenset(
-    "quanto quanta quantos quantas qnto qto qntos qntas qtos qtas "
-    "cuanto cuanta cuantos cuantas".split()
-)
-_COUNTED_AFTER = frozenset({"quantas", "qntas", "qtas", "cuantas", "many"})
+_ASKING = frozenset(_all("asking_how_much"))
+_COUNTED_AFTER = frozenset(_all("counted_after"))
 
 
 def without_asking_words(text: str) -> str:

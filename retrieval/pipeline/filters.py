@@ -22,30 +22,44 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .fusion import MergedHit
+from .languages import LanguageDataError, language_data, word_list
 from .rewrite_rules.slots import countries_in, country_spans, slot_of
-from .text import Token, normalize, token_spans
+from .text import LANGUAGES, Token, normalize, token_spans
 from .tuning import tuning
 from .types import SearchQuery
 
+_SECTION = "filters"
+
+
+def _listed(name: str) -> frozenset[str]:
+    """One word list of every language file's "filters", normalised."""
+    return frozenset(normalize(w) for lang in LANGUAGES for w in word_list(lang, _SECTION, name))
+
+
+def _mapping(name: str) -> dict[str, Any]:
+    """One mapping of every language file's "filters", in file order (the later wins)."""
+    merged: dict[str, Any] = {}
+    for lang in LANGUAGES:
+        found = language_data(lang).get(_SECTION, {}).get(name, {})
+        if not isinstance(found, dict):
+            raise LanguageDataError(f"{lang}.json: {_SECTION}.{name} is not a mapping")
+        merged.update(found)
+    return merged
+
+
+# The words of each language file's "filters" (retrieval/pipeline/languages).
 # "no Uruguai", "en Brasil", "in Germany": where the rule applies. A country after "para",
 # "a", "do" is as often where someone travels or works from ("o viático para ir a Brasil",
 # "trabalhar remoto do Uruguai"): the page of the person's own country answers those.
-_LOCATIVE = frozenset({"em", "no", "na", "nos", "nas", "en", "in"})
-_ARTICLES = frozenset({"o", "a", "el", "la", "the"})
+_LOCATIVE = _listed("locative")
+_ARTICLES = _listed("articles")
 # "a política de brindes do Uruguai", "las reglas de España": a country after "do"/"de"
 # belongs to a rule or to the company's part there, when such a noun comes shortly before.
-_GENITIVE = frozenset({"do", "da", "de", "del", "of"})
-_OWNERS = frozenset(
-    normalize(
-        "politica politicas regra regras norma normas regulamento programa beneficio beneficios "
-        "subsidiaria filial escritorio unidade sede empresa equipe pessoal colaboradores "
-        "funcionarios regla reglas reglamento oficina empleados personal "
-        "trabajadores policy policies rule rules subsidiary branch office staff employees"
-    ).split()
-)
+_GENITIVE = _listed("genitive")
+_OWNERS = _listed("owners")
 
 T = TypeVar("T")
 
@@ -109,34 +123,16 @@ def prefer_countries(merged: Sequence[MergedHit], countries: frozenset[str]) -> 
 
 
 # A question asking for a version no longer in force.
-_OLD_WORDS = frozenset(
-    normalize(
-        "antiga antigo antigas antigos anterior velha velho revogada revogado antigua "
-        "antiguo vieja viejo derogada derogado old older previous former superseded revoked"
-    ).split()
-)
+_OLD_WORDS = _listed("old_version")
 # A title that says its page was replaced ("... 2024 (REVOGADA)", "(superseded)").
-_REPLACED_TITLE = frozenset(
-    normalize(
-        "revogada revogado substituida substituido obsoleta obsoleto derogada derogado "
-        "sustituida sustituido superseded revoked obsolete deprecated"
-    ).split()
-)
+_REPLACED_TITLE = _listed("replaced_title")
 # What an old-version word must qualify ("a política antiga", not "o celular antigo").
-_VERSIONED = frozenset(
-    normalize(
-        "politica politicas regra regras norma normas versao regulamento programa "
-        "regla reglas version reglamento policy policies rule rules version"
-    ).split()
-)
+_VERSIONED = _listed("versioned")
 EARLIEST_YEAR = 1990
 # A year named by its distance from today's (the reader's local date).
-_RELATIVE_YEARS = {
-    ("ano", "passado"): 1,
-    ("ano", "retrasado"): 2,
-    ("ano", "pasado"): 1,
-    ("last", "year"): 1,
-    ("previous", "year"): 1,
+_RELATIVE_YEARS: dict[tuple[str, ...], int] = {
+    tuple(normalize(phrase).split()): int(back)
+    for phrase, back in _mapping("relative_years").items()
 }
 
 
@@ -202,15 +198,7 @@ def _of_year(item: MergedHit, year: int, title_words: Callable[[str], frozenset[
 
 
 # Words of a title that name its version, not its subject ("programa 2024 (SUBSTITUÍDO)").
-_VERSION_WORDS = (
-    _REPLACED_TITLE
-    | _VERSIONED
-    | frozenset(
-        normalize(
-            "versao version vigente vigentes vigencia current new nova novo nueva nuevo"
-        ).split()
-    )
-)
+_VERSION_WORDS = _REPLACED_TITLE | _VERSIONED | _listed("version_words")
 
 
 def _subject_words(tokens: Sequence[Token]) -> frozenset[str]:
@@ -294,23 +282,25 @@ def prefer_named_titles(merged: Sequence[MergedHit], names: Sequence[str]) -> li
     return [ranked[i] for i in order]
 
 
-# "no financeiro", "en RRHH", "in HR": the department the question is placed in. Each set
-# names one department in the three languages (normalised); a collection's area counts when
-# its name is one of them, and is then named by any of them.
-_AREA_PREPOSITIONS = frozenset({"em", "no", "na", "nos", "nas", "en", "in", "pelo", "pela"})
-_AREA_NAMES: dict[str, frozenset[str]] = {
-    key: frozenset(normalize(name) for name in names.split(","))
-    for key, names in {
-        "rh": "rh,recursos humanos,rrhh,hr,human resources,gestao de pessoas,gestion humana",
-        "financeiro": "financeiro,financas,financiero,finanzas,finance,tesouraria,tesoreria,"
-        "treasury,contabilidade,contabilidad,accounting",
-        "ti": "ti,tecnologia,tecnologia da informacao,it,tecnologia de la informacion",
-        "juridico": "juridico,legal,departamento juridico,assessoria juridica",
-    }.items()
-}
+# "no financeiro", "en RRHH", "in HR": the department the question is placed in. Each
+# department's names in every language file (normalised); a collection's area counts when its
+# name is one of them, and is then named by any of them.
+_AREA_PREPOSITIONS = _listed("area_prepositions")
+
+
+def _area_names() -> dict[str, frozenset[str]]:
+    names: dict[str, set[str]] = {}
+    for lang in LANGUAGES:
+        found = language_data(lang).get(_SECTION, {}).get("areas", {})
+        for key, aliases in found.items():
+            names.setdefault(key, set()).update(normalize(a) for a in aliases)
+    return {key: frozenset(aliases) for key, aliases in names.items()}
+
+
+_AREA_NAMES = _area_names()
 _LONGEST_AREA_NAME = 4  # words
 # Names that are common words in lower case: "in it" is no area, "in IT" is.
-_CAPITALS_ONLY = frozenset({("it",)})
+_CAPITALS_ONLY = frozenset((w,) for w in _listed("areas_in_capitals_only"))
 
 
 def area_ask(texts: Sequence[str], areas: Sequence[str]) -> frozenset[str]:
