@@ -83,6 +83,41 @@ class Answer:
         }
 
 
+@dataclass
+class _Reply:
+    """The answer as it is being shown: what `on_piece` was given, and how it ends."""
+
+    passages: list[Passage]
+    on_piece: OnPiece | None
+    shown: str = ""
+
+    async def send(self, piece: str) -> None:
+        self.shown += piece
+        if self.on_piece is not None:
+            await self.on_piece(piece)
+
+    def done(
+        self,
+        text: str,
+        kind: AnswerKind,
+        *,
+        stopped: bool = False,
+        error: str = "",
+        built: ExtractiveAnswer | None = None,
+    ) -> Answer:
+        # `text` is unmasked already (each piece as it was shown, the extractive answer whole).
+        final, _cited = clean_citations(text, len(self.passages))
+        return Answer(
+            final,
+            kind,
+            stopped=stopped,
+            error=error,
+            lines=built.lines if built else (),
+            coverage=built.coverage if built else None,
+            not_found=built.not_found if built else kind == "nothing",
+        )
+
+
 async def answer_turn(
     *,
     outcome: RetrievalOutcome,
@@ -96,88 +131,96 @@ async def answer_turn(
 ) -> Answer:
     """Answer the retrieved turn, sending its pieces to `on_piece` as they are written."""
     stop = stop if stop is not None else asyncio.Event()
-    passages = passages_from_hits(outcome.passages)
-    shown = ""  # what `on_piece` has been given
-
-    async def send(piece: str) -> None:
-        nonlocal shown
-        shown += piece
-        if on_piece is not None:
-            await on_piece(piece)
-
-    def done(
-        text: str,
-        kind: AnswerKind,
-        *,
-        stopped: bool = False,
-        error: str = "",
-        built: ExtractiveAnswer | None = None,
-    ) -> Answer:
-        # `text` is unmasked already (each piece as it was shown, the extractive answer whole).
-        final, _cited = clean_citations(text, len(passages))
-        return Answer(
-            final,
-            kind,
-            stopped=stopped,
-            error=error,
-            lines=built.lines if built else (),
-            coverage=built.coverage if built else None,
-            not_found=built.not_found if built else kind == "nothing",
-        )
-
-    if not passages:
+    reply = _Reply(passages_from_hits(outcome.passages), on_piece)
+    if not reply.passages:
         text = label("nothing", language)
-        await send(text)
-        return done(text, "nothing")
-
+        await reply.send(text)
+        return reply.done(text, "nothing")
     prefix = error = ""
     if model is not None:
-        messages = build_answer_messages(
-            question=outcome.masked_question,
-            passages=passages,
-            history=outcome.masked_window,
-            today=today,
+        answered, error = await _model_answer(
+            reply,
+            outcome,
+            model,
             language=language,
+            today=today,
+            model_timeout=model_timeout,
+            stop=stop,
         )
-        try:
-            pending = ""  # a placeholder like "[EMAIL_1]" may arrive split over pieces
-            async for raw in _until_stopped(model.stream(messages, timeout=model_timeout), stop):
-                if stop.is_set():
-                    return done(shown, "model", stopped=True)
-                ready, pending = split_unfinished_placeholder(pending + raw)
-                if ready:
-                    await send(outcome.masker.unmask(ready))
-            if stop.is_set():
-                return done(shown, "model", stopped=True)
-            if pending:
-                await send(outcome.masker.unmask(pending))
-            if shown.strip():
-                problem = model_answer_problem(
-                    shown, passage_count=len(passages), language=language
-                )
-                if problem is None:
-                    return done(shown, "model")
-                error = f"the model's answer was replaced: {problem}"
-            else:
-                error = "the model returned an empty answer"
-        except LLMError as exc:
-            error = f"model failed: {exc}"
-            if shown.strip():
-                note = "\n\n(" + label("model_cut", language) + ")"
-                await send(note)
-                return done(shown, "model", error=error)
+        if answered is not None:
+            return answered
         # No usable model output: fall back to the extractive answer, saying why.
-        rejected = error.startswith("the model's answer was replaced")
+        rejected = error.startswith(_REPLACED)
         prefix = label("model_rejected" if rejected else "model_failed", language) + "\n\n"
-
+    built = await _line_choice(outcome, language, lexicon)
+    body = not_found_text(reply.passages, language) if built.not_found else built.text
     # The "no model" label is the page's badge (`extractive`), not the answer's first line.
-    # Lines may come from other found sections of the shown documents, citing their card.
+    text = outcome.masker.unmask(prefix + body)
+    return await _send_extractive(reply, text, built, error=error, stop=stop)
+
+
+_REPLACED = "the model's answer was replaced"
+
+
+async def _model_answer(
+    reply: _Reply,
+    outcome: RetrievalOutcome,
+    model: ChatModel,
+    *,
+    language: str,
+    today: date,
+    model_timeout: float,
+    stop: asyncio.Event,
+) -> tuple[Answer | None, str]:
+    """The model's grounded answer, streamed as it comes (unmasked); (None, why) when it has
+    none the turn can use: it failed before writing, wrote nothing, or wrote one the check
+    rejects (`answer.check`)."""
+    messages = build_answer_messages(
+        question=outcome.masked_question,
+        passages=reply.passages,
+        history=outcome.masked_window,
+        today=today,
+        language=language,
+    )
+    try:
+        pending = ""  # a placeholder like "[EMAIL_1]" may arrive split over pieces
+        async for raw in _until_stopped(model.stream(messages, timeout=model_timeout), stop):
+            if stop.is_set():
+                return reply.done(reply.shown, "model", stopped=True), ""
+            ready, pending = split_unfinished_placeholder(pending + raw)
+            if ready:
+                await reply.send(outcome.masker.unmask(ready))
+        if stop.is_set():
+            return reply.done(reply.shown, "model", stopped=True), ""
+        if pending:
+            await reply.send(outcome.masker.unmask(pending))
+    except LLMError as exc:
+        error = f"model failed: {exc}"
+        if not reply.shown.strip():
+            return None, error
+        await reply.send("\n\n(" + label("model_cut", language) + ")")
+        return reply.done(reply.shown, "model", error=error), error
+    if not reply.shown.strip():
+        return None, "the model returned an empty answer"
+    problem = model_answer_problem(
+        reply.shown, passage_count=len(reply.passages), language=language
+    )
+    if problem is None:
+        return reply.done(reply.shown, "model"), ""
+    return None, f"{_REPLACED}: {problem}"
+
+
+async def _line_choice(
+    outcome: RetrievalOutcome, language: str, lexicon: Lexicon | None
+) -> ExtractiveAnswer:
+    """The extractive answer's lines. They may come from other found sections of the shown
+    documents, citing their card."""
     context = context_passages(outcome.passages, outcome.merged)
     view = None
     if lexicon is not None:
         view = await lexicon({t.norm for p in context for t in token_spans(p.text)})
     # Off the event loop: the line choice is the answer step's CPU-bound work.
-    built = await asyncio.to_thread(
+    return await asyncio.to_thread(
         extractive_choice,
         question=outcome.masked_question,
         # A hypothetical answer (HyDE) is the model's guess: its words never choose a line.
@@ -191,16 +234,21 @@ async def answer_turn(
         history=outcome.masked_window,
         lead=outcome.pinned,
     )
-    body = not_found_text(passages, language) if built.not_found else built.text
-    text = outcome.masker.unmask(prefix + body)
-    if on_piece is None:
-        return done(text, "extractive", error=error, built=built)
+
+
+async def _send_extractive(
+    reply: _Reply, text: str, built: ExtractiveAnswer, *, error: str, stop: asyncio.Event
+) -> Answer:
+    """Show the extractive answer in pieces, as a model's would stream (whole without
+    `on_piece`), until the user stops it."""
+    if reply.on_piece is None:
+        return reply.done(text, "extractive", error=error, built=built)
     for start in range(0, len(text), EXTRACTIVE_PIECE):
         if stop.is_set():
-            return done(text[:start], "extractive", stopped=True, error=error, built=built)
-        await send(text[start : start + EXTRACTIVE_PIECE])
+            return reply.done(text[:start], "extractive", stopped=True, error=error, built=built)
+        await reply.send(text[start : start + EXTRACTIVE_PIECE])
         await asyncio.sleep(0)
-    return done(text, "extractive", error=error, built=built)
+    return reply.done(text, "extractive", error=error, built=built)
 
 
 CLOSEST_PAGES = 3  # the pages a "not found" answer offers
