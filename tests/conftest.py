@@ -12,6 +12,12 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
+from hypothesis import settings as hypothesis_settings  # noqa: E402
+
+# Property tests check behaviour, never speed: a per-example deadline is a timed assertion
+# that a loaded machine fails at random (the speed is benchmarked by scripts/).
+hypothesis_settings.register_profile("chatrag", deadline=None)
+hypothesis_settings.load_profile("chatrag")
 
 DEMO_KB = Path(__file__).resolve().parent.parent / "demo" / "kb"
 RESTRICTED = "rh-restrito"
