@@ -257,6 +257,9 @@ def first_turns_against(
     metrics = [*(f"recall@{k}" for k in ks), "mrr@10"]
     identical, named, unnamed = 0, 0, []
     better, worse = 0, 0
+    # Per named rule: the first turns it changed, and how many it made better or worse
+    # (a turn several rules changed counts for each).
+    by_rule: dict[str, dict[str, int]] = {}
     for row in report.rows:
         base = before.get(row["id"])
         if base is None:
@@ -266,13 +269,20 @@ def first_turns_against(
         if same:
             identical += 1
             continue
-        if SEARCH_RULES & set(row.get("rules", [])):
+        rules = sorted(SEARCH_RULES & set(row.get("rules", [])))
+        if rules:
             named += 1
         else:
             unnamed.append(row["id"])
         delta = [row[m] - base[m] for m in metrics]
-        better += any(d > 0 for d in delta) and all(d >= 0 for d in delta)
-        worse += any(d < 0 for d in delta)
+        up = any(d > 0 for d in delta) and all(d >= 0 for d in delta)
+        down = any(d < 0 for d in delta)
+        better, worse = better + up, worse + down
+        for rule in rules:
+            counts = by_rule.setdefault(rule, {"changed": 0, "better": 0, "worse": 0})
+            counts["changed"] += 1
+            counts["better"] += up
+            counts["worse"] += down
     return {
         "baseline": baseline.mode,
         "n": identical + named + len(unnamed),
@@ -281,6 +291,7 @@ def first_turns_against(
         "unnamed": unnamed,
         "better": better,
         "worse": worse,
+        "by_rule": by_rule,
     }
 
 

@@ -304,4 +304,9 @@ def first_turn_lines(reports: dict[str, ModeReport], ks: list[int]) -> list[str]
             + (f" ({', '.join(unnamed[:10])})" if unnamed else "")
             + f"; better {c['better']}, worse {c['worse']}"
         )
+        for rule, n in sorted(c["by_rule"].items()):
+            lines.append(
+                f"{mode}:   {rule}: changed {n['changed']}, better {n['better']}, "
+                f"worse {n['worse']}"
+            )
     return lines
