@@ -12,13 +12,23 @@ import asyncio
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from retrieval.pipeline.fusion import Hit
 from retrieval.pipeline.plan import TurnBackends, TurnPlan, TurnRequest, plan_turn, turn_language
 from retrieval.pipeline.retrieve import RetrievalSettings, RewriteMode
+from retrieval.pipeline.rewrite_rules import lexicon_words, rewrite_with_rules
 from retrieval.pipeline.search import Scope, SearchRequest
 from retrieval.pipeline.text import normalize
-from retrieval.pipeline.types import SEARCH_RULES, GlossaryEntry, HistoryMessage, LexiconView
+from retrieval.pipeline.types import (
+    SEARCH_RULES,
+    WORD_RULES,
+    GlossaryEntry,
+    HistoryMessage,
+    LexiconView,
+    RewriteInput,
+)
 from tests.fakes import FakeSearcher
 
 # The words a small HR collection knows (pt, es, en), with made-up chunk counts.
@@ -157,3 +167,25 @@ def test_a_first_question_never_runs_the_follow_up_probes() -> None:
     assert len(sent) == len(plan.outcome.queries)
     assert not plan.outcome.rewrite.topic
     assert all(q.reading is None for q in plan.outcome.queries)
+
+
+_WORDS = st.sampled_from(
+    [*_CORPUS.split(), "VR", "PTO", "reembolzo", "Mariana", "Uruguai", "e", "y", "and", "?", "  "]
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    words=st.lists(_WORDS, min_size=1, max_size=12), language=st.sampled_from(["pt", "es", "en"])
+)
+def test_any_first_turn_is_searched_as_typed_unless_a_word_rule_is_named(
+    words: list[str], language: str
+) -> None:
+    question = " ".join(words)
+    inp = RewriteInput(question, (), GLOSSARY, language=language, default_language="pt")
+    result = rewrite_with_rules(inp, _lexicon(lexicon_words(inp)))
+    named = {r.id for r in result.fired} & WORD_RULES
+    if result.queries and not named and not result.no_search:
+        assert [(q.text, q.type, q.weight, q.area) for q in result.queries] == [
+            (question, "normalize", 1.0, None)
+        ]
