@@ -39,7 +39,7 @@ from retrieval.pipeline.respond import Answer, answer_turn
 from retrieval.pipeline.retrieve import RetrievalOutcome, RewriteMode
 from retrieval.pipeline.search import Scope
 from retrieval.pipeline.tuning import DEFAULT_TUNING, Tuning
-from retrieval.pipeline.types import LexiconView
+from retrieval.pipeline.types import SEARCH_RULES, LexiconView
 from retrieval.services import retrieval_settings, turn_backends_for, turn_request_for
 
 _EMPHASIS = re.compile(r"\*+|__")
@@ -72,6 +72,8 @@ class ModeReport:
 
         out: dict[str, Any] = {
             "overall": scores(rows),
+            # Turns with nothing before them: the rules must not make these worse (issue 36).
+            "first_turns": scores([r for r in rows if r.get("first_turn")]),
             "by_category": grouped(rows, "category", scores),
             "by_language": grouped(rows, "language", scores),
             "clarification": clarification_scores(rows),
@@ -242,6 +244,57 @@ async def evaluate_mode(
     return report
 
 
+def first_turns_against(
+    baseline: ModeReport, report: ModeReport, ks: Sequence[int]
+) -> dict[str, Any]:
+    """How a mode's first turns compare with the baseline's (the no-rewrite mode's).
+
+    A first turn must be searched and shown exactly as the baseline does unless a rule
+    that changes its words or its decision fired (`types.SEARCH_RULES`): `unnamed` lists
+    the turns that differ with no such rule, and should be empty.
+    """
+    before = {r["id"]: r for r in baseline.rows if r.get("first_turn")}
+    metrics = [*(f"recall@{k}" for k in ks), "mrr@10"]
+    identical, named, unnamed = 0, 0, []
+    better, worse = 0, 0
+    # Per named rule: the first turns it changed, and how many it made better or worse
+    # (a turn several rules changed counts for each).
+    by_rule: dict[str, dict[str, int]] = {}
+    for row in report.rows:
+        base = before.get(row["id"])
+        if base is None:
+            continue
+        same = row["queries"] == base["queries"] and row["passages"] == base["passages"]
+        same = same and row["ranked"] == base["ranked"] and row["clarified"] == base["clarified"]
+        if same:
+            identical += 1
+            continue
+        rules = sorted(SEARCH_RULES & set(row.get("rules", [])))
+        if rules:
+            named += 1
+        else:
+            unnamed.append(row["id"])
+        delta = [row[m] - base[m] for m in metrics]
+        up = any(d > 0 for d in delta) and all(d >= 0 for d in delta)
+        down = any(d < 0 for d in delta)
+        better, worse = better + up, worse + down
+        for rule in rules:
+            counts = by_rule.setdefault(rule, {"changed": 0, "better": 0, "worse": 0})
+            counts["changed"] += 1
+            counts["better"] += up
+            counts["worse"] += down
+    return {
+        "baseline": baseline.mode,
+        "n": identical + named + len(unnamed),
+        "identical": identical,
+        "named": named,
+        "unnamed": unnamed,
+        "better": better,
+        "worse": worse,
+        "by_rule": by_rule,
+    }
+
+
 STAGES = ("hyde", "rerank")
 
 
@@ -278,6 +331,8 @@ def task_row(
             {"question": plan.reply, "options": list(plan.options)} if clarified else None
         ),
         "decision": rewrite.decision,
+        "first_turn": not task.history,
+        "rules": [r.id for r in rewrite.fired],
         "policy": rewrite.policy,
         "expect_clarification": task.expect_clarification,
         "expect_no_search": task.expect_no_search,

@@ -223,6 +223,9 @@ class _Turn:
     masker: Masker
     language: str | None
     rewritten: RewriteResult
+    # Nothing before the turn: the follow-ups' evidence (the topic and reply probes, the
+    # choice between readings) has nothing to weigh and stays off.
+    first: bool = False
     queries: list[SearchQuery] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
@@ -395,6 +398,7 @@ async def _rewritten(
         masker=masker,
         language=language or detect_language(masked_question) or default_language,
         rewritten=rewrite,
+        first=not history,
         queries=search_queries(rewrite, masked_question, settings.query_weights),
         timings=timings,
         errors=errors,
@@ -424,7 +428,8 @@ async def _searched(
     """Run the turn's searches and the probes; never raise (a failure finds nothing)."""
     queries, rewrite, timings, errors = turn.queries, turn.rewritten, turn.timings, turn.errors
     # A follow-up's topic is searched alone as evidence of where the conversation is.
-    probe = rewrite.topic if any(q.reading == "contextual" for q in queries) else None
+    follow_up = not turn.first and any(q.reading == "contextual" for q in queries)
+    probe = rewrite.topic if follow_up else None
     # And the last reply's words, as evidence of which documents it came from.
     reply = reply_probe([(m.role, m.text) for m in turn.window]) if probe else None
     probes = [text for text in (probe, reply) if text]
@@ -480,8 +485,12 @@ async def _searched(
 
 def _filters(turn: _Turn, found: _Found, areas: Sequence[str]) -> _Found:
     """Keep the reading the evidence supports; note the countries and areas the turn names."""
-    queries, results, reason, reading = _decide_reading(
-        turn.rewritten, turn.queries, found.results, found.topic_hits, turn.language
+    queries, results, reason, reading = (
+        (turn.queries, found.results, None, None)
+        if turn.first
+        else _decide_reading(
+            turn.rewritten, turn.queries, found.results, found.topic_hits, turn.language
+        )
     )
     turn.queries = queries
     if reason is not None and reading is not None:

@@ -109,6 +109,14 @@ class RewriteInput:
 
 BASELINE_POLICIES = frozenset({"none", "last-turn"})
 
+# The rules that change the words a turn searches: a turn with nothing before it searches
+# its words as typed (what the no-rewrite mode searches) unless one of these fired.
+WORD_RULES = frozenset({"spelling", "glossary", "split", "drop_words", "place_names", "truncate"})
+# The rules that decide a turn is not searched, or searched but not shown (it asks back).
+DECISION_RULES = frozenset({"small_talk", "ask_pointer", "ask_out_of_sight", "ask_siblings"})
+# Either kind: a first turn scored otherwise than under the no-rewrite mode names one of them.
+SEARCH_RULES = WORD_RULES | DECISION_RULES
+
 
 @dataclass(frozen=True)
 class FiredRule:

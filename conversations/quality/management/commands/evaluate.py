@@ -18,7 +18,7 @@ from conversations.quality.datasets import (
     glossary_load,
     tasks_load,
 )
-from conversations.quality.evaluate import STAGES, ModeReport, evaluate_mode
+from conversations.quality.evaluate import STAGES, ModeReport, evaluate_mode, first_turns_against
 from conversations.quality.scoring import CEILING_PAGES, FACT_WORDS
 from retrieval.embeddings import get_embedder
 from retrieval.pipeline.retrieve import REWRITE_MODES, RewriteMode
@@ -192,6 +192,7 @@ class Command(BaseCommand):
                 "corpus": str(options["corpus"]),
                 "tasks_file": str(options["tasks"]),
                 "modes": {m: r.summary() for m, r in reports.items()},
+                "first_turns_vs_none": first_turns_compared(reports, ks),
                 "tasks": [row for r in reports.values() for row in r.rows],
             }
             options["json_path"].write_text(json.dumps(payload, ensure_ascii=False, indent=1))
@@ -212,6 +213,7 @@ def render_table(reports: dict[str, ModeReport], ks: list[int]) -> str:
         summary = report.summary()
         terms = summary["query_terms"]
         groups = [("overall", summary["overall"], terms["overall"])]
+        groups += [("first turns", summary["first_turns"], None)]
         groups += [(c, m, terms["by_category"][c]) for c, m in summary["by_category"].items()]
         groups += [(f"lang {lang}", m, None) for lang, m in summary["by_language"].items()]
         for name, m, t in groups:
@@ -275,4 +277,36 @@ def render_table(reports: dict[str, ModeReport], ks: list[int]) -> str:
             f"{mode:<{w}} latency "
             + ", ".join(f"{s} p50 {v['p50']:.1f}/p95 {v['p95']:.1f} ms" for s, v in lat.items())
         )
+    lines += first_turn_lines(reports, ks)
     return "\n".join(lines)
+
+
+def first_turns_compared(reports: dict[str, ModeReport], ks: list[int]) -> dict[str, Any]:
+    """Each mode's first turns against the no-rewrite mode's (when both ran)."""
+    baseline = reports.get("none")
+    if baseline is None:
+        return {}
+    return {
+        mode: first_turns_against(baseline, report, ks)
+        for mode, report in reports.items()
+        if mode != "none"
+    }
+
+
+def first_turn_lines(reports: dict[str, ModeReport], ks: list[int]) -> list[str]:
+    """One line per mode: its first turns identical to none's, or changed by a named rule."""
+    lines = []
+    for mode, c in first_turns_compared(reports, ks).items():
+        unnamed = c["unnamed"]
+        lines.append(
+            f"{mode}: first turns against none: {c['identical']} of {c['n']} identical, "
+            f"{c['named']} changed by a named rule, {len(unnamed)} changed unnamed"
+            + (f" ({', '.join(unnamed[:10])})" if unnamed else "")
+            + f"; better {c['better']}, worse {c['worse']}"
+        )
+        for rule, n in sorted(c["by_rule"].items()):
+            lines.append(
+                f"{mode}:   {rule}: changed {n['changed']}, better {n['better']}, "
+                f"worse {n['worse']}"
+            )
+    return lines
