@@ -91,6 +91,22 @@ class Tuning:
     # Share of the shorter title's subject words two versions of a page have in common.
     sibling_share: float = 0.5
 
+    # --- the extractive answer's sections (answer/extractive.py) ---
+    # A word of a line's section heading that its page title lacks counts this share of its
+    # weight for each line of the section that does not say it: higher lets the heading
+    # choose the section over the words of its lines.
+    # (0.5, as the title's words: 0.3, 0.75 and 1 lost on the demo, .786 against .814.)
+    section_heading_weight: float = 0.5
+    # A chosen table row brings its whole table up to this many rows (a longer table gives
+    # its chosen rows, each with its column names): higher shows more whole tables, and
+    # longer answers.
+    table_rows: int = 6
+    # A chosen numbered step brings its whole procedure up to this many words, whatever is
+    # asked (a how-to question brings it at any length; a longer one otherwise shows the
+    # chosen step alone): higher shows more whole procedures, and pushes the lines after
+    # them down.
+    procedure_words: int = 60
+
     def digest(self) -> str:
         """A short hash of the values (a policy's name when they are not the defaults)."""
         text = json.dumps(asdict(self), sort_keys=True)

@@ -17,8 +17,12 @@ How a line is chosen:
   the words it lacks), and leaves to a later part the lines that part fits better;
 - a page that sends the reader to another shown page for what is asked ("as regras de perda
   estão em política específica") yields to that page when it fits nearly as well;
-- the steps of a numbered procedure stay together with their numbers; the most direct line
-  comes first.
+- blocks answer whole: the steps of a numbered procedure stay together with their numbers
+  (a short procedure comes whole whatever is asked, any when the question asks how), and a
+  chosen row of a short table brings the table's other rows; the most direct line comes
+  first;
+- a word of a line's section heading counts for the line (a passage is one section of its
+  page: a chunk never crosses a heading), and the "why" names each line's section.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from ..text import (
     title_subject,
     token_spans,
 )
+from ..tuning import tuning
 from ..types import HistoryMessage, RewriteResult
 from .grounded import Passage, label
 
@@ -206,6 +211,8 @@ class _Line:
     block: int = -1  # numbered steps of one list share a block
     lead: int = -1  # a list item: the order of the line ending in ":" that introduces it
     joined: bool = False  # a sentence that goes on the previous line's paragraph
+    table: int = -1  # rows of one table share a table
+    title: frozenset[str] = frozenset()  # its page title's stems
 
     @cached_property
     def norm(self) -> str:
@@ -281,10 +288,17 @@ def _lines(passage: Passage, rank: int, language: str) -> list[_Line]:
     block = 0
     in_steps = False
     order = 0
+    table = 0
 
     lead = -1  # the order of the last line that ends in ":", while its list goes on
 
-    def add(text: str, step: int | None = None, item: bool = False, joined: bool = False) -> None:
+    def add(
+        text: str,
+        step: int | None = None,
+        item: bool = False,
+        joined: bool = False,
+        row: bool = False,
+    ) -> None:
         nonlocal order, lead
         text = _plain(text)
         if len(text) < 12 and step is None and not item:
@@ -301,6 +315,8 @@ def _lines(passage: Passage, rank: int, language: str) -> list[_Line]:
                 block if step else -1,
                 of,
                 joined,
+                table if row else -1,
+                _stems(passage.title, language),
             )
         )
         if not item:
@@ -318,11 +334,12 @@ def _lines(passage: Passage, rank: int, language: str) -> list[_Line]:
             cells = [c.strip() for c in row.group(1).split("|")]
             if not header:
                 header = cells
+                table += 1
                 continue
             parts = [
                 f"{h}: {c}" if h else c for h, c in zip(header[1:], cells[1:], strict=False) if c
             ]
-            add(f"{cells[0]} — " + "; ".join(parts) + ".")
+            add(f"{cells[0]} — " + "; ".join(parts) + ".", row=True)
             continue
         header = []
         if step := _STEP.match(line):
@@ -448,6 +465,7 @@ def _score(
     figures: float = SPECIFIC_BONUS,
 ) -> float:
     default = idf["__default__"]
+    section_weight = tuning().section_heading_weight
     overlap = 0.0
     best_weight = 0.0
     said = False  # the line itself says a word of the question
@@ -455,8 +473,14 @@ def _score(
         w = weight * max(0.0, idf.get(root, default))
         best_weight = max(best_weight, w)
         if root in heading_stems:
-            # The document's topic: it names the document, not which of its lines answers.
-            overlap += (TOPIC_LINE_WEIGHT if root in line.stems else HEADING_WEIGHT) * w
+            # The document's topic: it names the document, not which of its lines answers;
+            # a word of the section's own heading names the lines of that section.
+            if root in line.stems:
+                overlap += TOPIC_LINE_WEIGHT * w
+            elif root in line.title:
+                overlap += HEADING_WEIGHT * w
+            else:
+                overlap += section_weight * w
         elif root in line.stems:
             overlap += w
         said = said or root in line.stems
@@ -1302,28 +1326,32 @@ def _pick(
 def _with_steps(
     chosen: list[tuple[float, _Line]], lines: Sequence[_Line], kind: AnswerKind | None
 ) -> list[tuple[float, _Line]]:
-    """A chosen numbered step brings its whole procedure when the question asks how; a
-    chosen line that ends in ":" brings the list it introduces (up to LIST_ITEMS)."""
+    """Blocks answer whole: a chosen line that ends in ":" brings the list it introduces (up
+    to LIST_ITEMS); a chosen numbered step its whole procedure (a short one whatever is
+    asked, any when the question asks how); a chosen table row its whole table, when the
+    table is short (a long one gives its chosen rows, each with its column names)."""
     out = list(chosen)
     have = {_key(line) for _, line in chosen}
-    for score, line in chosen:
-        if not line.text.endswith(":"):
-            continue
-        items = [o for o in lines if o.passage is line.passage and o.lead == line.order]
-        for other in items[:LIST_ITEMS]:
+    tune = tuning()
+
+    def bring(score: float, others: Sequence[_Line]) -> None:
+        for other in others:
             if _key(other) not in have:
                 have.add(_key(other))
                 out.append((score - 1e-6, other))
-    if kind != "steps":
-        return out
+
     for score, line in chosen:
-        if line.step is None:
-            continue
-        for other in lines:
-            same = other.passage is line.passage and other.block == line.block
-            if same and _key(other) not in have:
-                have.add(_key(other))
-                out.append((score - 1e-6, other))
+        if line.text.endswith(":"):
+            items = [o for o in lines if o.passage is line.passage and o.lead == line.order]
+            bring(score, items[:LIST_ITEMS])
+        if line.step is not None:
+            steps = [o for o in lines if o.passage is line.passage and o.block == line.block]
+            if kind == "steps" or sum(len(o.text.split()) for o in steps) <= tune.procedure_words:
+                bring(score, steps)
+        if line.table >= 0:
+            rows = [o for o in lines if o.passage is line.passage and o.table == line.table]
+            if len(rows) <= tune.table_rows:
+                bring(score, rows)
     return out
 
 
@@ -1334,7 +1362,8 @@ def _render(
     chosen: list[tuple[float, _Line]],
     subject: str | None = None,
 ) -> str:
-    """Opening line, then the most direct line first; steps as a numbered block, in order."""
+    """Opening line, then the most direct line first (a table's other rows follow in their
+    order); steps as a numbered block, in order."""
     if not chosen:
         return _FOUND[language]
     first_score, first = chosen[0]

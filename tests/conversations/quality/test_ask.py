@@ -312,13 +312,17 @@ def test_explain_prints_why_each_line_of_the_answer_was_chosen(
     why = answer.split("=== Why these lines (covers ", 1)[1]
     coverage = float(why.split(" ", 1)[0])
     assert 0 < coverage <= 1 and "; answered) ===" in why
-    assert "score  page  source  says · line" in why
+    assert "score  page  source  says · [section] line" in why
     data = _ask_json("e para quem é PJ?", "--history-file", history)
     lines = data["answer"]["why"]["lines"]
     assert lines and all(line["score"] > 0 for line in lines)
     # Each line printed is one the answer quotes, with its source card.
     for line in lines:
         assert line["text"][:40] in answer and f"[{line['n']}]" in why
+        # ... and the section of its page it was taken from.
+        if line["section"]:
+            assert f"[{line['section']}] {line['text'][:40]}" in why
+    assert any(line["section"] for line in lines)
     # "PJ" is found through the glossary: prestador de serviço pessoa jurídica.
     assert "jurid" in {s for line in lines for s in line["says"]}
 

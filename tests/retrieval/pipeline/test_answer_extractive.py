@@ -849,14 +849,18 @@ def test_how_many_times_follows_the_topic_not_any_line_saying_once() -> None:
     assert "uma vez por ano" not in text
 
 
-def test_a_procedures_single_step_shown_alone_is_a_bullet() -> None:
+def test_a_long_procedures_single_step_shown_alone_is_a_bullet() -> None:
+    # A short procedure comes whole (test_answer_sections); a long one, for a question that
+    # does not ask how, gives its one step.
     passage = Passage(
         1,
         "Reembolso para prestadores",
         "",
         "Prestadores não usam o fluxo de reembolso dos empregados.\n\n"
-        "1. Reúna os comprovantes originais.\n"
-        "2. Emita uma nota de débito separada.\n"
+        "1. Reúna os comprovantes originais, em nome da sua empresa ou da contratante, e "
+        "confira datas, valores e a descrição de cada despesa antes de seguir.\n"
+        "2. Emita uma nota de débito separada da nota fiscal dos serviços, com a lista dos "
+        "comprovantes e o número do contrato, conforme a orientação do seu contador.\n"
         "3. Envie a nota de débito e os comprovantes para fornecedores@lumen.example.",
         document="pj",
     )

@@ -196,15 +196,17 @@ def render_text(run: PlaygroundRun, *, explain: bool = False) -> str:
 
 
 def render_why(why: dict[str, Any]) -> list[str]:
-    """Why these lines: each chosen line's score, page and the question's words it says."""
+    """Why these lines: each chosen line's score, page, the question's words it says and
+    the section of its page it is in."""
     verdict = "not found: the answer says so" if why["not_found"] else "answered"
     out = [f"=== Why these lines (covers {why['coverage']:.2f} of the question; {verdict}) ==="]
-    out.append("  score  page  source  says · line")
+    out.append("  score  page  source  says · [section] line")
     for line in why["lines"]:
         says = ", ".join(line["says"]) or "–"
+        section = f"[{line['section']}] " if line.get("section") else ""
         out.append(
             f"  {line['score']:>5.2f}  {line['page_rank'] + 1:>4}  [{line['n']}]     "
-            f"{says} · {line['text'][:100]}"
+            f"{says} · {section}{line['text'][:100]}"
         )
     out.append("")
     return out
