@@ -228,3 +228,22 @@ def test_the_page_names_each_rule_that_fired_in_the_pages_language() -> None:
     # A trace stored before rules were kept shows its notes as they were.
     old = trace_view(_row(rewrite={**REWRITE, "notes": [detail]}), question="q?")
     assert old is not None and old["rules"] == [] and old["notes"] == [detail]
+
+
+def test_every_rule_the_code_fires_has_a_label_for_the_page() -> None:
+    """A rule id fired anywhere in the pipeline (`fire("id", ...)`, `FiredRule("id", ...)`,
+    the reading rules) is named on the page in its language, not shown as its raw id."""
+    import re
+    from pathlib import Path
+
+    from conversations.trace import RULE_LABELS
+    from retrieval.pipeline.retrieve import _READING_RULES
+
+    source = "\n".join(
+        p.read_text(encoding="utf-8")
+        for p in (Path(__file__).resolve().parents[2] / "retrieval" / "pipeline").rglob("*.py")
+    )
+    fired = set(re.findall(r"(?:fire|_fire_once|FiredRule)\(\s*(?:ctx,\s*)?\"([a-z_]+)\"", source))
+    fired |= set(_READING_RULES.values())
+    assert len(fired) >= 25, fired
+    assert fired <= RULE_LABELS.keys(), fired - RULE_LABELS.keys()

@@ -433,8 +433,13 @@ def _add_query(
 ) -> None:
     dropped = unsearchable_tokens(text, ctx.stats, ctx.protected, ctx.stopwords)
     if dropped:
-        words = ", ".join(f"'{t.text}'" for t in dropped)
-        _fire_once(ctx, "drop_words", f"not searched: {words} (a name, an amount or a placeholder)")
+        # The words themselves stay out of the note: a name or an amount left unmasked is
+        # exactly what must not reach the trace.
+        _fire_once(
+            ctx,
+            "drop_words",
+            f"not searched: {len(dropped)} word(s) (a name, an amount or a placeholder)",
+        )
     cleaned = clean_query(text, ctx.stats, ctx.protected, ctx.stopwords)
     text = _with_place_names(cleaned, ctx.stats)
     if text != cleaned:
