@@ -32,14 +32,7 @@ from retrieval.partitions import partition_analyze, partition_ensure
 from retrieval.pipeline.search import VOCABULARY_REBUILD_SQL
 from retrieval.services import default_language
 
-from .chunking import (
-    HEADING_PATH_MAX_CHARS,
-    TITLE_MAX_CHARS,
-    ChunkDraft,
-    Section,
-    chunk_sections,
-    clip,
-)
+from .chunking import ChunkDraft, Section, chunk_sections, embedded_context
 from .parsers import (
     SUPPORTED_SUFFIXES,
     ParsedDocument,
@@ -241,11 +234,10 @@ def _checksum(source: SourceDocument, embedder: Embedder) -> str:
 def embedding_text(title: str, heading: str, text: str) -> str:
     """What is embedded for a chunk: its text with the title and heading as context.
 
-    Both are bounded here too (the parsers bound what they read): corpus records and
-    documents stored before the bound came in carry theirs as given.
+    The context is cut to the embedded bounds (`embedded_context`), tighter than the stored
+    ones: it is embedded again with every passage (issue 38, finding 1).
     """
-    title, heading = clip(title, TITLE_MAX_CHARS), clip(heading, HEADING_PATH_MAX_CHARS)
-    context = " › ".join(part for part in (title, heading) if part)
+    context = embedded_context(title, heading)
     return f"{context}\n{text}" if context else text
 
 
