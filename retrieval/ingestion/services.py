@@ -279,6 +279,46 @@ class _Pending:
     vectors: list[list[float]] = field(default_factory=list)
 
 
+# The clock of the per-file embedding limit (a test moves it instead of waiting).
+_clock = time.monotonic
+
+
+def _embed_batch(
+    batch: list[_Pending], embedder: Embedder, *, size: int, seconds: float
+) -> set[int]:
+    """Embed the batch's passages `size` at a time into each pending document's `vectors`;
+    return the positions in the batch of the documents cut off by the per-file limit.
+
+    A document whose passages are still being embedded `seconds` after its first call began
+    (0: no limit) is dropped (its other passages are not embedded) and the batch goes on with
+    the next document: one slow file holds the worker for about `seconds` and a call at most
+    (issue 38: an upload held a worker for 24 minutes), and the files after it are still done.
+    """
+    texts = [embedding_text(p.source.title, d.heading, d.text) for p in batch for d in p.drafts]
+    owner = [i for i, p in enumerate(batch) for _ in p.drafts]
+    ends = [sum(len(p.drafts) for p in batch[: i + 1]) for i in range(len(batch))]
+    vectors: list[list[float]] = [[] for _ in texts]
+    started: dict[int, float] = {}
+    late: set[int] = set()
+    position = 0
+    while position < len(texts):
+        piece = slice(position, min(position + size, len(texts)))
+        now = _clock()
+        for index in set(owner[piece]):
+            started.setdefault(index, now)
+        vectors[piece] = embedder.embed_passages(texts[piece])
+        position = piece.stop
+        if not seconds or position >= len(texts):
+            continue
+        current = owner[position]  # the next text's document, embedded in part or not yet
+        if current in started and _clock() - started[current] > seconds:
+            late.add(current)
+            position = ends[current]
+    for index, p in enumerate(batch):
+        p.vectors = [] if index in late else vectors[ends[index] - len(p.drafts) : ends[index]]
+    return late
+
+
 def documents_ingest(
     *,
     collection: Collection,
@@ -309,16 +349,16 @@ def documents_ingest(
     # until then search keeps the vector leg off (retrieval.services.query_embedder_for).
     existing = {d.external_id: d for d in Document.objects.filter(collection=collection)}
     size = settings.CHATRAG_EMBEDDING_BATCH
+    file_seconds = settings.CHATRAG_INGEST_FILE_SECONDS
     chunk_partition_ensure(collection=collection)
 
     def flush() -> None:
         nonlocal batch, batch_chunks
         if not batch:
             return
-        texts = [embedding_text(p.source.title, d.heading, d.text) for p in batch for d in p.drafts]
         t0 = time.perf_counter()
         try:
-            vectors = embedder.embed_passages(texts) if texts else []
+            late = _embed_batch(batch, embedder, size=size, seconds=file_seconds)
         except EmbeddingError as exc:
             report.embedder_error = str(exc)
             for p in batch:
@@ -326,11 +366,15 @@ def documents_ingest(
             batch, batch_chunks = [], 0
             return
         report.embed_seconds += time.perf_counter() - t0
-        report.chunks_embedded += len(vectors)
-        offset = 0
-        for p in batch:
-            p.vectors = vectors[offset : offset + len(p.drafts)]
-            offset += len(p.drafts)
+        report.chunks_embedded += sum(len(p.vectors) for p in batch)
+        for index, p in enumerate(batch):
+            if index in late:
+                error = (
+                    f"took more than {file_seconds:g} s to embed "
+                    f"(CHATRAG_INGEST_FILE_SECONDS): not stored; split the document"
+                )
+                report.outcomes.append(FileOutcome(p.source.external_id, "error", error=error))
+                continue
             _write_document(collection, p, embedder)
             status = "updated" if p.existing else "added"
             report.outcomes.append(FileOutcome(p.source.external_id, status, len(p.drafts)))
