@@ -6,6 +6,8 @@
   before the write transaction, so a failing embedder never leaves a half-written document.
   With the local engine (it counts its own tokens) a window of passages is sorted by token
   length and embedded in batches of similar length, the vectors put back in order.
+- Embedding one file's passages may take CHATRAG_INGEST_FILE_SECONDS: a file still being
+  embedded then is reported failed and not stored, and the run goes on with the next file.
 - An embedder that fails is down for the whole run: the documents already written stay (each
   is complete), the rest are reported as not ingested without trying, and the report says
   why; running again once the embedder is back does only what is missing.
@@ -19,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -296,17 +299,23 @@ def _embed_batch(
     """
     texts = [embedding_text(p.source.title, d.heading, d.text) for p in batch for d in p.drafts]
     owner = [i for i, p in enumerate(batch) for _ in p.drafts]
-    ends = [sum(len(p.drafts) for p in batch[: i + 1]) for i in range(len(batch))]
+    ends = list(accumulate(len(p.drafts) for p in batch))  # each document's texts end here
     vectors: list[list[float]] = [[] for _ in texts]
     started: dict[int, float] = {}
     late: set[int] = set()
     position = 0
     while position < len(texts):
-        piece = slice(position, min(position + size, len(texts)))
+        stop = position + size
+        # The rest in this call when it is less than another `size` (a batch is flushed once it
+        # holds `size` passages or more: one call, as before the limit, unless it is long).
+        piece = slice(position, len(texts) if len(texts) - stop < size else stop)
         now = _clock()
         for index in set(owner[piece]):
             started.setdefault(index, now)
-        vectors[piece] = embedder.embed_passages(texts[piece])
+        got = embedder.embed_passages(texts[piece])
+        if len(got) != piece.stop - piece.start:
+            raise EmbeddingError(f"{len(got)} vectors for {piece.stop - piece.start} passages")
+        vectors[piece] = got
         position = piece.stop
         if not seconds or position >= len(texts):
             continue
