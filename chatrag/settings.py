@@ -343,6 +343,11 @@ CHATRAG_EMBEDDING_DIM = env_int("CHATRAG_EMBEDDING_DIM", 384, minimum=1)
 CHATRAG_EMBEDDING_BATCH = env_int("CHATRAG_EMBEDDING_BATCH", 32, minimum=1)
 # An ingestion job of more files than this is split into parallel tasks of this many files.
 CHATRAG_INGEST_PART_FILES = env_int("CHATRAG_INGEST_PART_FILES", 32, minimum=1)
+# The most seconds embedding one file's passages may take (0: no limit); a file still being
+# embedded then is failed with this reason and the job goes on with its next file (issue 38:
+# one upload held the worker 24 minutes). 300 passages (CHATRAG_MAX_PASSAGES_PER_DOCUMENT)
+# of full length take about 2-3 minutes on one core with the local engine.
+CHATRAG_INGEST_FILE_SECONDS = env_float("CHATRAG_INGEST_FILE_SECONDS", 300.0, minimum=0.0)
 CHATRAG_EMBEDDING_TIMEOUT = env_float("CHATRAG_EMBEDDING_TIMEOUT", 30.0, minimum=0.1)
 
 # Chat model: empty = no model server (rule rewrite + extractive answers).

@@ -19,7 +19,7 @@ import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 
-from chatrag.env import env_bool, env_file, load_env_file
+from chatrag.env import env_bool, env_file, env_int, load_env_file
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 
@@ -179,6 +179,21 @@ def _start_local_model(stack: ExitStack) -> None:
     print(f"local model server (SmolLM2-135M-Instruct, llama.cpp) on {model.url}")
 
 
+def worker_command(*, processes: int, beat_schedule: Path | None) -> list[str]:
+    """The dev server's Celery worker: `processes` prefork children, and beat when given its
+    schedule file (production runs its own beat).
+
+    Two processes by default: with one (it was `--pool solo`), an upload whose file took long
+    held every other upload's job behind it (issue 38). Each takes one task at a time
+    (prefetch 1, acks late), so a second upload's job goes to the free process.
+    """
+    worker = [sys.executable, "-m", "celery", "-A", "chatrag", "worker", "--loglevel", "WARNING"]
+    worker += ["--pool", "prefork", "--concurrency", str(processes)]
+    if beat_schedule is not None:
+        worker += ["-B", "--schedule", str(beat_schedule)]
+    return worker
+
+
 def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatrag.settings")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -202,12 +217,12 @@ def main() -> int:
         # Turns the last run left "in progress" (it was killed mid-answer) are failed now:
         # the web server started below is the only one.
         _manage("recover_interrupted", "--all")
-        worker = [sys.executable, "-m", "celery", "-A", "chatrag", "worker"]
-        worker += ["--loglevel", "WARNING", "--concurrency", "1", "--pool", "solo"]
-        # -B: the one worker also runs beat (the retention purge); production runs its own.
         var_dir = Path(os.environ.get("CHATRAG_VAR_DIR", BASE_DIR / ".var"))
         var_dir.mkdir(parents=True, exist_ok=True)
-        worker += ["-B", "--schedule", str(var_dir / "celerybeat-schedule")]
+        worker = worker_command(
+            processes=env_int("CHATRAG_DEV_WORKER_PROCESSES", 2, minimum=1),
+            beat_schedule=var_dir / "celerybeat-schedule",
+        )
         print(f"\nchatrag is running on http://{host}:{port}/  (Ctrl-C stops everything)\n")
         return supervise([("worker", worker), ("web server", daphne_command(host, port))])
     except KeyboardInterrupt:  # before the children started

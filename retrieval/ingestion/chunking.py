@@ -11,6 +11,15 @@ from dataclasses import dataclass
 HEADING_MAX_CHARS = 200
 HEADING_PATH_MAX_CHARS = 500
 TITLE_MAX_CHARS = 300
+# What of them is embedded with each passage is bounded tighter: the context is paid again for
+# every passage of the document (the engine's time grows with the tokens), and is the
+# passage's context, not its text. The stored heading and title keep the bounds above (they
+# are shown whole). The giant-heading upload (291 passages) embedded a 215-character context
+# with every 230-character passage; no heading (52) or title (70) of the demo corpus is
+# longer than these, so its vectors do not change.
+EMBED_HEADING_MAX_CHARS = 60
+EMBED_HEADING_PATH_MAX_CHARS = 150
+EMBED_TITLE_MAX_CHARS = 100
 
 _SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+")
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
@@ -24,9 +33,21 @@ def clip(text: str, limit: int) -> str:
     return text[: cut if cut != -1 else limit].rstrip() + "…"
 
 
-def heading_path(headings: list[str]) -> str:
+def heading_path(
+    headings: list[str], *, each: int = HEADING_MAX_CHARS, whole: int = HEADING_PATH_MAX_CHARS
+) -> str:
     """Join a heading path ("Férias › Quem tem direito"), each heading and the whole bounded."""
-    return clip(" › ".join(clip(h, HEADING_MAX_CHARS) for h in headings), HEADING_PATH_MAX_CHARS)
+    return clip(" › ".join(clip(h, each) for h in headings), whole)
+
+
+def embedded_context(title: str, heading: str) -> str:
+    """The title and heading path as embedded with each passage ("Manual › Férias › Quem")."""
+    path = heading_path(
+        heading.split(" › ") if heading else [],
+        each=EMBED_HEADING_MAX_CHARS,
+        whole=EMBED_HEADING_PATH_MAX_CHARS,
+    )
+    return " › ".join(part for part in (clip(title, EMBED_TITLE_MAX_CHARS), path) if part)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@
   before the write transaction, so a failing embedder never leaves a half-written document.
   With the local engine (it counts its own tokens) a window of passages is sorted by token
   length and embedded in batches of similar length, the vectors put back in order.
+- Embedding one file's passages may take CHATRAG_INGEST_FILE_SECONDS: a file still being
+  embedded then is reported failed and not stored, and the run goes on with the next file.
 - An embedder that fails is down for the whole run: the documents already written stay (each
   is complete), the rest are reported as not ingested without trying, and the report says
   why; running again once the embedder is back does only what is missing.
@@ -19,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +35,7 @@ from retrieval.partitions import partition_analyze, partition_ensure
 from retrieval.pipeline.search import VOCABULARY_REBUILD_SQL, text_search_config_for
 from retrieval.services import default_language
 
-from .chunking import (
-    HEADING_PATH_MAX_CHARS,
-    TITLE_MAX_CHARS,
-    ChunkDraft,
-    Section,
-    chunk_sections,
-    clip,
-)
+from .chunking import ChunkDraft, Section, chunk_sections, embedded_context
 from .parsers import (
     SUPPORTED_SUFFIXES,
     ParsedDocument,
@@ -241,11 +237,10 @@ def _checksum(source: SourceDocument, embedder: Embedder) -> str:
 def embedding_text(title: str, heading: str, text: str) -> str:
     """What is embedded for a chunk: its text with the title and heading as context.
 
-    Both are bounded here too (the parsers bound what they read): corpus records and
-    documents stored before the bound came in carry theirs as given.
+    The context is cut to the embedded bounds (`embedded_context`), tighter than the stored
+    ones: it is embedded again with every passage (issue 38, finding 1).
     """
-    title, heading = clip(title, TITLE_MAX_CHARS), clip(heading, HEADING_PATH_MAX_CHARS)
-    context = " › ".join(part for part in (title, heading) if part)
+    context = embedded_context(title, heading)
     return f"{context}\n{text}" if context else text
 
 
@@ -287,6 +282,52 @@ class _Pending:
     vectors: list[list[float]] = field(default_factory=list)
 
 
+# The clock of the per-file embedding limit (a test moves it instead of waiting).
+_clock = time.monotonic
+
+
+def _embed_batch(
+    batch: list[_Pending], embedder: Embedder, *, size: int, seconds: float
+) -> set[int]:
+    """Embed the batch's passages `size` at a time into each pending document's `vectors`;
+    return the positions in the batch of the documents cut off by the per-file limit.
+
+    A document whose passages are still being embedded `seconds` after its first call began
+    (0: no limit) is dropped (its other passages are not embedded) and the batch goes on with
+    the next document: one slow file holds the worker for about `seconds` and a call at most
+    (issue 38: an upload held a worker for 24 minutes), and the files after it are still done.
+    """
+    texts = [embedding_text(p.source.title, d.heading, d.text) for p in batch for d in p.drafts]
+    owner = [i for i, p in enumerate(batch) for _ in p.drafts]
+    ends = list(accumulate(len(p.drafts) for p in batch))  # each document's texts end here
+    vectors: list[list[float]] = [[] for _ in texts]
+    started: dict[int, float] = {}
+    late: set[int] = set()
+    position = 0
+    while position < len(texts):
+        stop = position + size
+        # The rest in this call when it is less than another `size` (a batch is flushed once it
+        # holds `size` passages or more: one call, as before the limit, unless it is long).
+        piece = slice(position, len(texts) if len(texts) - stop < size else stop)
+        now = _clock()
+        for index in set(owner[piece]):
+            started.setdefault(index, now)
+        got = embedder.embed_passages(texts[piece])
+        if len(got) != piece.stop - piece.start:
+            raise EmbeddingError(f"{len(got)} vectors for {piece.stop - piece.start} passages")
+        vectors[piece] = got
+        position = piece.stop
+        if not seconds or position >= len(texts):
+            continue
+        current = owner[position]  # the next text's document, embedded in part or not yet
+        if current in started and _clock() - started[current] > seconds:
+            late.add(current)
+            position = ends[current]
+    for index, p in enumerate(batch):
+        p.vectors = [] if index in late else vectors[ends[index] - len(p.drafts) : ends[index]]
+    return late
+
+
 def documents_ingest(
     *,
     collection: Collection,
@@ -317,16 +358,16 @@ def documents_ingest(
     # until then search keeps the vector leg off (retrieval.services.query_embedder_for).
     existing = {d.external_id: d for d in Document.objects.filter(collection=collection)}
     size = settings.CHATRAG_EMBEDDING_BATCH
+    file_seconds = settings.CHATRAG_INGEST_FILE_SECONDS
     chunk_partition_ensure(collection=collection)
 
     def flush() -> None:
         nonlocal batch, batch_chunks
         if not batch:
             return
-        texts = [embedding_text(p.source.title, d.heading, d.text) for p in batch for d in p.drafts]
         t0 = time.perf_counter()
         try:
-            vectors = embedder.embed_passages(texts) if texts else []
+            late = _embed_batch(batch, embedder, size=size, seconds=file_seconds)
         except EmbeddingError as exc:
             report.embedder_error = str(exc)
             for p in batch:
@@ -334,11 +375,15 @@ def documents_ingest(
             batch, batch_chunks = [], 0
             return
         report.embed_seconds += time.perf_counter() - t0
-        report.chunks_embedded += len(vectors)
-        offset = 0
-        for p in batch:
-            p.vectors = vectors[offset : offset + len(p.drafts)]
-            offset += len(p.drafts)
+        report.chunks_embedded += sum(len(p.vectors) for p in batch)
+        for index, p in enumerate(batch):
+            if index in late:
+                error = (
+                    f"took more than {file_seconds:g} s to embed "
+                    f"(CHATRAG_INGEST_FILE_SECONDS): not stored; split the document"
+                )
+                report.outcomes.append(FileOutcome(p.source.external_id, "error", error=error))
+                continue
             _write_document(collection, p, embedder)
             status = "updated" if p.existing else "added"
             report.outcomes.append(FileOutcome(p.source.external_id, status, len(p.drafts)))

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 from retrieval.ingestion.chunking import (
+    EMBED_HEADING_MAX_CHARS,
+    EMBED_HEADING_PATH_MAX_CHARS,
+    EMBED_TITLE_MAX_CHARS,
     HEADING_MAX_CHARS,
     HEADING_PATH_MAX_CHARS,
     TITLE_MAX_CHARS,
@@ -43,6 +46,31 @@ def test_hostile_heading_is_bounded_in_every_embedded_text(tmp_path: Path, name:
     assert max(len(t) for t in texts) <= EMBED_MAX
     # The whole document embeds at most a bounded amount per passage, not 800 KB each.
     assert sum(len(t) for t in texts) <= len(texts) * EMBED_MAX
+
+
+def test_each_passage_embeds_a_short_context_and_its_own_heading(tmp_path: Path) -> None:
+    """The context is paid again with every passage: the giant heading's 290 sections embedded
+    a 215-character context each (the engine's time grows with the tokens)."""
+    path = tmp_path / "giant_heading.md"
+    next(u for u in HOSTILE_UPLOADS if u.name == path.name).write(path)
+    texts = _embedded(path)
+    contexts = [t.split("\n", 1)[0] for t in texts]
+    assert len(contexts) == 291
+    assert max(len(c) for c in contexts) <= 100  # "Manual › política de férias e… › Seção 289"
+    assert contexts[-1].startswith("Manual › política de férias")
+    assert contexts[-1].endswith("… › Seção 289")
+    bound = EMBED_TITLE_MAX_CHARS + 3 + EMBED_HEADING_PATH_MAX_CHARS + 1
+    deep = tmp_path / "deep_headings.md"
+    next(u for u in HOSTILE_UPLOADS if u.name == deep.name).write(deep)
+    assert max(len(t.split("\n", 1)[0]) for t in _embedded(deep)) <= bound
+
+
+def test_an_ordinary_title_and_heading_path_are_embedded_whole() -> None:
+    title = "Política de reembolso de despesas de viagem nacionais e internacionais"  # 70
+    heading = "Despesas com alimentação e hospedagem › Limites diários por cidade"
+    assert len(title) <= EMBED_TITLE_MAX_CHARS
+    assert max(len(h) for h in heading.split(" › ")) <= EMBED_HEADING_MAX_CHARS
+    assert embedding_text(title, heading, "passagem") == f"{title} › {heading}\npassagem"
 
 
 def test_giant_heading_keeps_its_start_and_the_sections_after_it(tmp_path: Path) -> None:
