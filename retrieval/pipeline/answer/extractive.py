@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 
@@ -281,6 +281,12 @@ _BARE_HEADING = re.compile(r"^[^\d@\[\]<>|*_`]*[^\d@\[\]<>|*_`.!?:;,)]$")
 HEADING_WORDS = 8
 
 
+def _row_text(header: Sequence[str], cells: Sequence[str]) -> str:
+    """A table row as one line naming its columns ("Gerente — Limite: R$ 100; Prazo: 30 dias.")."""
+    parts = [f"{h}: {c}" if h else c for h, c in zip(header[1:], cells[1:], strict=False) if c]
+    return f"{cells[0]} — " + "; ".join(parts) + "."
+
+
 def _lines(passage: Passage, rank: int, language: str) -> list[_Line]:
     """Split a passage into sentences, list items, table rows and numbered steps."""
     out: list[_Line] = []
@@ -336,10 +342,7 @@ def _lines(passage: Passage, rank: int, language: str) -> list[_Line]:
                 header = cells
                 table += 1
                 continue
-            parts = [
-                f"{h}: {c}" if h else c for h, c in zip(header[1:], cells[1:], strict=False) if c
-            ]
-            add(f"{cells[0]} — " + "; ".join(parts) + ".", row=True)
+            add(_row_text(header, cells), row=True)
             continue
         header = []
         if step := _STEP.match(line):
@@ -643,33 +646,54 @@ def extractive_choice(
         )
     idf = _idf(lines, df, n_chunks, language)
     context = {id(p): _stems(p.heading, language) | _stems(p.title, language) for p in passages}
+    question_at = _Question(question, queries, rewrite, language, history)
     parts = _sub_questions(question, rewrite)
-    shown = _spelled(question, rewrite, lines)  # the opening line repeats it
+    judged = _same_language(passages, language)
     if len(parts) >= 2:
         # Two questions in one message: each answered from its own document.
+        shown = _spelled(question, rewrite, lines)  # the opening line repeats it
         chosen = _answer_parts(
             parts, lines, passages, order, rankings or {}, idf, context, language
         )
-        text = _render(
-            shown,
-            language,
-            None,
-            chosen,
-            subject=_joined_subjects(shown, language, len(parts)),
-        )
+        subject = _joined_subjects(shown, language, len(parts))
+        text = _render(shown, language, None, chosen, subject=subject)
         terms = _question_terms(question, queries, rewrite, language)
-        return _explained(
-            text, chosen, terms, idf, context, judged=_same_language(passages, language)
-        )
-    kind = answer_kind(question)
-    terms = _question_terms(question, queries, rewrite, language)
-    said = _said_only(history, language)
+        return _explained(text, chosen, terms, idf, context, judged=judged)
+    return _answer_one(
+        question_at, lines, passages, idf, context, lead if lead in order else None, judged
+    )
+
+
+@dataclass(frozen=True)
+class _Question:
+    """One question as the extractive answer reads it: its words, the searched queries, the
+    rewrite that made them, its language and the conversation window before it."""
+
+    text: str
+    queries: Sequence[str]
+    rewrite: RewriteResult | None
+    language: str
+    history: Sequence[HistoryMessage]
+
+
+def _answer_one(
+    question: _Question,
+    lines: Sequence[_Line],
+    passages: Sequence[Passage],
+    idf: Mapping[str, float],
+    context: Mapping[int, frozenset[str]],
+    lead: str | None,
+    judged: bool,
+) -> ExtractiveAnswer:
+    """The answer to a message that asks one thing: its lines, chosen by `_choose`."""
+    language, rewrite = question.language, question.rewrite
+    kind = answer_kind(question.text)
+    terms = _question_terms(question.text, question.queries, rewrite, language)
+    said = _said_only(question.history, language)
     if said:
         # Words the rewrite carried from the last reply (the user never wrote them) find
         # what that reply said again, not the line that answers what is asked now.
         terms = {t: (w * SAID_TERM if w < 1.0 and t in said else w) for t, w in terms.items()}
-    if lead is not None and lead not in order:
-        lead = None
     chosen = _choose(
         lines,
         passages,
@@ -679,20 +703,15 @@ def extractive_choice(
         context,
         lead=lead,
         language=language,
-        repeated=_repeated(lines, history, language),
+        repeated=_repeated(lines, question.history, language),
         figures=TOPIC_FIGURE_BONUS
         if _names_only_its_topic(terms, context[id(passages[0])], rewrite, language)
         else SPECIFIC_BONUS,
-        cases=_cases(" ".join([question, *queries])),
+        cases=_cases(" ".join([question.text, *question.queries])),
     )
-    return _explained(
-        _render(shown, language, kind, chosen),
-        chosen,
-        terms,
-        idf,
-        context,
-        judged=_same_language(passages, language),
-    )
+    shown = _spelled(question.text, rewrite, lines)  # the opening line repeats it
+    text = _render(shown, language, kind, chosen)
+    return _explained(text, chosen, terms, idf, context, judged=judged)
 
 
 def _same_language(passages: Sequence[Passage], language: str) -> bool:
@@ -1003,6 +1022,104 @@ def _other_case(line: _Line, cases: Mapping[str, frozenset[str]]) -> bool:
     return any(slot in mine and not mine[slot] & values for slot, values in cases.items())
 
 
+def _scored_or_first(
+    every: Sequence[tuple[float, _Line]], lines: Sequence[_Line]
+) -> list[tuple[float, _Line]]:
+    """The lines that say any of the question's words, with their scores. When none does (a
+    message of names only, masked), the best-ranked document that has lines speaks; the top
+    passage may have none (a heading alone), and a part of a split message may have no lines
+    at all ([])."""
+    scored = [(s, line) for s, line in every if s > 0]
+    if scored or not lines:
+        return scored
+    first = min(line.rank for line in lines)
+    top = [line for line in lines if line.rank == first][:2]
+    return [(1.0 - 0.01 * i, line) for i, line in enumerate(top)]
+
+
+@dataclass(frozen=True)
+class _Contest:
+    """What the documents of one question's lines are weighed by (`_primary_document`)."""
+
+    lines: Sequence[_Line]
+    passages: Sequence[Passage]
+    terms: Mapping[str, float]
+    language: str
+    every: Sequence[tuple[float, _Line]]  # every line with its score, zero included
+    by_document: Mapping[str, list[tuple[float, _Line]]]  # the scored lines by document
+    speaks: Mapping[str, bool]  # whether each document is in the question's language
+    unsaid: Callable[[str], set[str]]  # the question's own words a document never says
+
+
+def _primary_document(contest: _Contest, *, lead: str | None, firm_lead: bool) -> str:
+    """The document that answers: the top passage's (or `lead`'s), unless another clearly
+    answers better or the answering page sends the reader to another shown one."""
+    by_document, speaks, terms = contest.by_document, contest.speaks, contest.terms
+    primary = lead or _document(contest.passages[0])
+    fit = _document_fit(by_document)
+    challenger = max(fit, key=lambda d: fit[d])
+    if lead is not None and not firm_lead and primary in fit and challenger != primary:
+        # A part's own search may rank first a page that lacks some of its words ("se hora
+        # de voo em viagem conta como extra" ranked the hours bank, which never says "voo"
+        # nor "viagem"): a page that says all of them may answer it instead.
+        lacks = contest.unsaid(primary)
+        if lacks and not lacks & contest.unsaid(challenger):
+            lead = None
+    # One part of a split message keeps the document its own search ranked first. Another
+    # document leads only when it says one of the person's own words at least: the words
+    # the rewrite carried from the conversation ranked the documents already ("quanto sai
+    # por mês pra mim?" after including a spouse: the maintenance page says "incluiu" and
+    # "plano" more often, and nothing of what is asked now).
+    if primary not in fit or (
+        lead is None
+        and fit[challenger] > SWITCH_RATIO * fit[primary]
+        and speaks[challenger] >= speaks[primary]
+        and _says_own_words(by_document[challenger], terms)
+    ):
+        primary = challenger
+    # The answering page sends the reader to another shown page for what is asked ("as
+    # regras de perda estão em política específica"): that page answers when it fits
+    # nearly as well and says a word of the question itself.
+    own = _own_terms(terms)
+    line_scores = {id(line): s for s, line in contest.every}
+    target = _referred(contest.lines, primary, contest.language, line_scores, own)
+    if (
+        target is not None
+        and target in fit
+        and fit[target] >= REFER_RATIO * fit[primary]
+        and speaks[target] >= speaks[primary]
+        and _says_own_words(by_document[target], terms)
+    ):
+        primary = target
+    return primary
+
+
+def _with_other_topics(
+    chosen: list[tuple[float, _Line]],
+    by_document: Mapping[str, list[tuple[float, _Line]]],
+    primary: str,
+    speaks: Mapping[str, bool],
+    missing: set[str],
+    limit: int,
+) -> list[tuple[float, _Line]]:
+    """Another document adds lines only for question words the first one lacks (`missing`):
+    a second topic, not a sibling's version of the same rule."""
+    best_of = {d: max(s for s, _ in items) for d, items in by_document.items()}
+    best_score = max(best_of.values())
+    for document, items in sorted(by_document.items(), key=lambda kv: -best_of[kv[0]]):
+        if document == primary or not missing or len(chosen) >= limit:
+            continue
+        if speaks[primary] and not speaks[document]:
+            continue
+        useful = [(s, line) for s, line in items if line.stems & missing]
+        if not useful:
+            continue
+        extra = _pick(useful, best_score, limit=2)
+        chosen = chosen + extra
+        missing = missing - {st for _, line in extra for st in line.stems}
+    return chosen
+
+
 def _choose(
     lines: Sequence[_Line],
     passages: Sequence[Passage],
@@ -1043,27 +1160,14 @@ def _choose(
         )
         for line in lines
     ]
-    scored = [(s, line) for s, line in every if s > 0]
+    scored = _scored_or_first(every, lines)
     if not scored:
-        # No line says any of the question's words (a message of names only, masked): the
-        # best-ranked document that has lines speaks; the top passage may have none (a
-        # heading alone), and a part of a split message may have no lines at all.
-        if not lines:
-            return []
-        first = min(line.rank for line in lines)
-        top = [line for line in lines if line.rank == first][:2]
-        scored = [(1.0 - 0.01 * i, line) for i, line in enumerate(top)]
+        return []
     best_score = max(s for s, _ in scored)
     by_document: dict[str, list[tuple[float, _Line]]] = {}
     for item in scored:
         by_document.setdefault(_document(item[1].passage), []).append(item)
-    # The primary document: the top passage's, unless another clearly answers better.
-    primary = lead or _document(passages[0])
-    best_of = {d: max(s for s, _ in items) for d, items in by_document.items()}
-    fit = _document_fit(by_document)
-    challenger = max(fit, key=lambda d: fit[d])
-    speaks = {d: _speaks(passages, d, language) for d in fit}
-    own = _own_terms(terms)
+    speaks = {d: _speaks(passages, d, language) for d in _document_fit(by_document)}
 
     def unsaid(document: str) -> set[str]:
         """The question's own words that `document` never says (its lines, titles and
@@ -1073,55 +1177,16 @@ def _choose(
             *(line.stems for line in lines if _document(line.passage) == document),
             *(context[id(p)] for p in passages if _document(p) == document),
         )
-        return set(own) - said - _cue_stems(language)
+        return set(_own_terms(terms)) - said - _cue_stems(language)
 
-    if lead is not None and not firm_lead and primary in fit and challenger != primary:
-        # A part's own search may rank first a page that lacks some of its words ("se hora
-        # de voo em viagem conta como extra" ranked the hours bank, which never says "voo"
-        # nor "viagem"): a page that says all of them may answer it instead.
-        lacks = unsaid(primary)
-        if lacks and not lacks & unsaid(challenger):
-            lead = None
-    # One part of a split message keeps the document its own search ranked first. Another
-    # document leads only when it says one of the person's own words at least: the words
-    # the rewrite carried from the conversation ranked the documents already ("quanto sai
-    # por mês pra mim?" after including a spouse: the maintenance page says "incluiu" and
-    # "plano" more often, and nothing of what is asked now).
-    if primary not in fit or (
-        lead is None
-        and fit[challenger] > SWITCH_RATIO * fit[primary]
-        and speaks[challenger] >= speaks[primary]
-        and _says_own_words(by_document[challenger], terms)
-    ):
-        primary = challenger
-    # The answering page sends the reader to another shown page for what is asked ("as
-    # regras de perda estão em política específica"): that page answers when it fits
-    # nearly as well and says a word of the question itself.
-    target = _referred(lines, primary, language, {id(line): s for s, line in every}, own)
-    if (
-        target is not None
-        and target in fit
-        and fit[target] >= REFER_RATIO * fit[primary]
-        and speaks[target] >= speaks[primary]
-        and _says_own_words(by_document[target], terms)
-    ):
-        primary = target
+    primary = _primary_document(
+        _Contest(lines, passages, terms, language, every, by_document, speaks, unsaid),
+        lead=lead,
+        firm_lead=firm_lead,
+    )
     chosen = _pick(by_document[primary], best_score, limit=limit)
     chosen = _with_asked_kind(chosen, every, primary, kind, limit)
-    missing = unsaid(primary)
-    for document, items in sorted(by_document.items(), key=lambda kv: -best_of[kv[0]]):
-        if document == primary or not missing or len(chosen) >= limit:
-            continue
-        if speaks[primary] and not speaks[document]:
-            continue
-        # Another document adds lines only for question words the first one lacks: a
-        # second topic, not a sibling's version of the same rule.
-        useful = [(s, line) for s, line in items if line.stems & missing]
-        if not useful:
-            continue
-        extra = _pick(useful, best_score, limit=2)
-        chosen += extra
-        missing -= {st for _, line in extra for st in line.stems}
+    chosen = _with_other_topics(chosen, by_document, primary, speaks, unsaid(primary), limit)
     return _with_steps(_with_qualifiers(chosen, lines), lines, kind)
 
 
