@@ -88,3 +88,41 @@ def identifier_labels(folder: Path = FOLDER) -> tuple[str, ...]:
             raise LanguageDataError(f"{path}: identifier_labels is not a list")
         labels.extend(str(label) for label in found)
     return tuple(dict.fromkeys(labels))
+
+
+@cache
+def small_talk_words(folder: Path = FOLDER) -> dict[str, tuple[str, ...]]:
+    """The words that tell which kind of small talk a turn is ("thanks", "greeting",
+    "farewell", "ack"), of every language in `folder`, as the files write them.
+
+    All languages at once: a turn of two words rarely tells its language ("ok, gracias").
+    They choose the reply; what makes a turn small talk is what it lacks (see
+    rewrite_rules.smalltalk).
+    """
+    kinds: dict[str, list[str]] = {}
+    for path in sorted(folder.glob("*.json")):
+        try:
+            found = json.loads(path.read_text(encoding="utf-8")).get("small_talk_words", {})
+            for kind, words in found.items():
+                if not isinstance(words, list):
+                    raise TypeError(f"{kind} is not a list")
+                kinds.setdefault(str(kind), []).extend(str(w) for w in words)
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            raise LanguageDataError(f"{path}: no small_talk_words lists ({exc!r})") from exc
+    return {kind: tuple(dict.fromkeys(words)) for kind, words in kinds.items()}
+
+
+@cache
+def request_words(folder: Path = FOLDER) -> tuple[str, ...]:
+    """The words that ask for something wherever they stand ("explica", "dime", "tell"), of
+    every language in `folder`: a turn with one is never small talk."""
+    words: list[str] = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            found = json.loads(path.read_text(encoding="utf-8")).get("request_words", [])
+        except (OSError, ValueError) as exc:
+            raise LanguageDataError(f"{path}: not a language file ({exc!r})") from exc
+        if not isinstance(found, list):
+            raise LanguageDataError(f"{path}: request_words is not a list")
+        words.extend(str(w) for w in found)
+    return tuple(dict.fromkeys(words))
