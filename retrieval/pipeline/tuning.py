@@ -65,6 +65,10 @@ class Tuning:
     # ("show", "top"), lower searches more thank-you notes. `common`'s value: a word in
     # nearly every chunk tells no topic.
     small_talk_content: float = 0.25
+    # Share of the turn's own words (not stop words) that must be small-talk words: higher
+    # searches more slangy thanks ("vlw demais, salvou"), lower takes a question about what
+    # the pages do not cover, that ends in "isso" and lost its "?", for an acknowledgement.
+    small_talk_share: float = 0.5
 
     # --- the search evidence (evidence.py) ---
     # A leg's rank that counts as "found it confidently": higher trusts weaker hits.

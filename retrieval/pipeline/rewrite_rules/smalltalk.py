@@ -163,6 +163,7 @@ def small_talk_kind(text: str, knows: Callable[[str], bool] | None = None) -> st
     if "?" in text and set(kinds) != {"greeting"}:
         return None  # "ok?", "obrigado?" ask something; "tudo bem?" is a greeting
     stop = stopwords_for(None)
+    others = 0
     for word in words:
         if kind_of[word] is not None or word in CONJUNCTIONS:
             continue
@@ -172,6 +173,9 @@ def small_talk_kind(text: str, knows: Callable[[str], bool] | None = None) -> st
             continue
         if knows is None or knows(word):
             return None  # a word the pages are about: "ok vale transporte pj"
+        others += 1
+    if len(kinds) < tuning().small_talk_share * (len(kinds) + others):
+        return None  # mostly words of its own: a question the pages may not cover
     return next(k for k in _PRECEDENCE if k in kinds)
 
 

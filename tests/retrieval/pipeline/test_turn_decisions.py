@@ -106,6 +106,8 @@ def test_small_talk_is_known_by_what_it_lacks_not_by_its_every_word(text: str, k
         "entendi, me explica melhor",  # a request
         "perfect, how do I claim",  # a question opener without "?"
         "ok, e em 2024",  # a number asked about
+        # words the pages do not know, a stray "isso" and no "?": mostly not small talk
+        "tive um imprevisto no voo, consigo remarcar isso",
     ],
 )
 def test_a_turn_that_names_the_pages_or_asks_is_not_small_talk(text: str) -> None:
