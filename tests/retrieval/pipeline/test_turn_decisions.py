@@ -82,6 +82,7 @@ def _knows(word: str) -> bool:
         ("hey there, good morning", "greeting"),
         ("buenas, todo bien por acá", "greeting"),
         ("blz, tranquilo", "ack"),
+        ("olá, tudo certo?", "greeting"),  # a greeting may ask
     ],
 )
 def test_small_talk_is_known_by_what_it_lacks_not_by_its_every_word(text: str, kind: str) -> None:
@@ -113,6 +114,12 @@ def test_small_talk_is_known_by_what_it_lacks_not_by_its_every_word(text: str, k
 def test_a_turn_that_names_the_pages_or_asks_is_not_small_talk(text: str) -> None:
     assert small_talk_kind(text, _knows) is None
     assert not rewrite(text, "como peço reembolso?", "Pelo portal.").no_search
+
+
+def test_a_set_phrase_of_thanks_holds_a_word_the_pages_know() -> None:
+    # "mil" is in pages of amounts ("R$ 2 mil"); in "mil gracias" it only thanks.
+    assert small_talk_kind("mil gracias, crack", lambda word: word == "mil") == "thanks"
+    assert small_talk_kind("mil reais, crack", lambda word: word == "mil") is None
 
 
 def test_a_long_thank_you_note_is_searched_past_the_tuned_length() -> None:
