@@ -54,6 +54,22 @@ class Tuning:
     # higher asks back more often.
     pointing_alone_terms: int = 2
 
+    # --- small talk (rewrite_rules.smalltalk): recognised by what it lacks ---
+    # Words a turn may have and still be small talk: higher replies politely to longer
+    # turns (a long thank-you note), lower searches them and reopens the topic. Ten holds
+    # "muito obrigado pela ajuda, era exatamente isso que eu precisava"; the small talk of
+    # ptes-dev has at most four.
+    small_talk_max_words: int = 10
+    # A word the knowledge base knows at least this rarely (normalised IDF) is a content
+    # word and makes the turn a question: higher lets more known words pass as chat
+    # ("show", "top"), lower searches more thank-you notes. `common`'s value: a word in
+    # nearly every chunk tells no topic.
+    small_talk_content: float = 0.25
+    # Share of the turn's own words (not stop words) that must be small-talk words: higher
+    # searches more slangy thanks ("vlw demais, salvou"), lower takes a question about what
+    # the pages do not cover, that ends in "isso" and lost its "?", for an acknowledgement.
+    small_talk_share: float = 0.5
+
     # --- the search evidence (evidence.py) ---
     # A leg's rank that counts as "found it confidently": higher trusts weaker hits.
     confident_rank: int = 3

@@ -193,3 +193,38 @@ def language_text(language: str, section: str, name: str) -> str:
     if not isinstance(value, str):
         raise LanguageDataError(f"{path}: {section}.{name} is not a text")
     return value
+
+
+@cache
+def small_talk_words(folder: Path | None = None) -> dict[str, tuple[str, ...]]:
+    """The words that tell which kind of small talk a turn is ("thanks", "greeting",
+    "farewell", "ack"), of every language known, as the files write them.
+
+    All languages at once: a turn of two words rarely tells its language ("ok, gracias").
+    They choose the reply; what makes a turn small talk is what it lacks (see
+    rewrite_rules.smalltalk).
+    """
+    kinds: dict[str, list[str]] = {}
+    for _, path in sorted(language_files(folder).items()):
+        try:
+            found = _data(path).get("small_talk_words", {})
+            for kind, words in found.items():
+                if not isinstance(words, list):
+                    raise TypeError(f"{kind} is not a list")
+                kinds.setdefault(str(kind), []).extend(str(w) for w in words)
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            raise LanguageDataError(f"{path}: no small_talk_words lists ({exc!r})") from exc
+    return {kind: tuple(dict.fromkeys(words)) for kind, words in kinds.items()}
+
+
+@cache
+def request_words(folder: Path | None = None) -> tuple[str, ...]:
+    """The words that ask for something wherever they stand ("explica", "dime", "tell"), of
+    every language known: a turn with one is never small talk."""
+    words: list[str] = []
+    for _, path in sorted(language_files(folder).items()):
+        found = _data(path).get("request_words", [])
+        if not isinstance(found, list):
+            raise LanguageDataError(f"{path}: request_words is not a list")
+        words.extend(str(w) for w in found)
+    return tuple(dict.fromkeys(words))

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Literal
 
 from retrieval.pipeline.asks import names_no_topic
@@ -620,6 +621,19 @@ def _add_readings(
     _add_query(ctx, standalone, "normalize", seen, reading="standalone")
 
 
+def _names_content(ctx: _Context, word: str) -> bool:
+    """Tell whether the knowledge base knows `word` as content: a glossary term, or a word
+    its chunks hold rarely enough to tell a topic (never a spelling guess: "vlw" is not a
+    misspelt corpus word). Without corpus statistics every word might be content."""
+    if word in ctx.protected or not ctx.stats.available:
+        return True
+    df = ctx.stats.lexicon.df.get(word)
+    n = ctx.stats.lexicon.n_chunks
+    if not df:
+        return False
+    return math.log(n / min(df, n)) / math.log(n) >= tuning().small_talk_content
+
+
 def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult:
     """Rewrite `inp.question` into at most `inp.max_queries` self-contained queries.
 
@@ -627,7 +641,7 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
     """
     ctx = _make_context(inp, lexicon)
     result = ctx.result
-    kind = small_talk_kind(inp.question)
+    kind = small_talk_kind(inp.question, partial(_names_content, ctx))
     if kind is not None:
         result.no_search = True
         result.small_talk = kind

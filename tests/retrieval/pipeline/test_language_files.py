@@ -87,6 +87,8 @@ ITALIAN = {
         "fillers": ["vorrei", "sapere", "scusi", "grazie"],
     },
     "identifier_labels": ["matricola", "numero di matricola"],
+    "small_talk_words": {"thanks": ["grazie", "grazie mille"], "greeting": ["buongiorno"]},
+    "request_words": ["spiegami"],
 }
 
 _RUN_A_TURN = """
@@ -120,7 +122,9 @@ first = run("Vorrei sapere quanti giorni di ferie ho, la mia matricola è 448129
 history = (HistoryMessage("user", "quanti giorni di ferie ho all'anno?"),
            HistoryMessage("assistant", "Ogni dipendente ha 26 giorni di ferie [1]."))
 follow = run("e per i collaboratori esterni?", history)
+thanks = run("grazie mille!")
 print(json.dumps({"languages": list(LANGUAGES), "first": first, "follow": follow,
+                  "thanks": thanks,
                   "terms": content_terms("vorrei sapere delle ferie", "it"),
                   "stems": [stem("giorni", "it"), stem("giorno", "it")]}))
 """
@@ -162,6 +166,10 @@ def test_a_fourth_language_file_is_detected_masked_and_searched(tmp_path: Path) 
     follow = result["follow"]
     assert isinstance(follow, dict) and follow["language"] == "it"
     assert any("ferie" in q and "collaboratori" in q for q in follow["searched"])
+    # Its thanks are small talk, answered in Italian without a search.
+    thanks = result["thanks"]
+    assert isinstance(thanks, dict) and thanks["kind"] == "small_talk"
+    assert thanks["reply"] == "Prego! Per un'altra domanda, chieda pure." and not thanks["searched"]
 
 
 def test_without_the_variable_the_chat_knows_its_three_languages() -> None:

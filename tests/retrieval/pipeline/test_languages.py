@@ -79,3 +79,27 @@ def test_the_stop_words_are_the_language_files_lists(tmp_path: Path) -> None:
     (tmp_path / "de.json").write_text(json.dumps(data), encoding="utf-8")
     assert stop_words("de", tmp_path) == ("der", "die", "das", "bitte")
     assert stop_words("fr", tmp_path) == ()
+
+
+def test_the_small_talk_kinds_and_request_words_are_the_language_files_lists(
+    tmp_path: Path,
+) -> None:
+    from retrieval.pipeline.languages import request_words, small_talk_words
+
+    kinds = small_talk_words()
+    assert set(kinds) == {"thanks", "greeting", "farewell", "ack"}
+    assert {"obrigado", "gracias", "thanks"} <= set(kinds["thanks"])  # every language at once
+    assert "dime" in request_words() and "explain" in request_words()
+    (tmp_path / "de.json").write_text(
+        json.dumps({"small_talk_words": {"thanks": ["danke"]}, "request_words": ["erkläre"]}),
+        encoding="utf-8",
+    )
+    assert small_talk_words(tmp_path) == {"thanks": ("danke",)}
+    assert request_words(tmp_path) == ("erkläre",)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "de.json").write_text(
+        json.dumps({"small_talk_words": {"thanks": "danke"}}), encoding="utf-8"
+    )
+    with pytest.raises(LanguageDataError, match="small_talk_words"):
+        small_talk_words(broken)

@@ -49,7 +49,7 @@ from tests.retrieval.pipeline.test_rewrite_rules import LEXICON, lexicon_from, r
 def test_small_talk_is_recognised_in_three_languages_with_typos_and_emoji(
     text: str, kind: str
 ) -> None:
-    assert small_talk_kind(text) == kind
+    assert small_talk_kind(text, _knows) == kind
     result = rewrite(text, "como peço reembolso de despesas?", "Pelo portal, em 30 dias.")
     assert result.no_search and result.small_talk == kind
     assert result.queries == []  # the previous topic is never reopened
@@ -61,8 +61,78 @@ def test_small_talk_is_recognised_in_three_languages_with_typos_and_emoji(
     ["obrigado, e para PJ?", "oi, qual o prazo do VR?", "e o vale?", "ok?", "entendi, mas e o VT?"],
 )
 def test_a_question_beside_small_talk_is_a_question(text: str) -> None:
-    assert small_talk_kind(text) is None
+    assert small_talk_kind(text, _knows) is None
     assert not rewrite(text, "como peço reembolso?", "Pelo portal.").no_search
+
+
+def _knows(word: str) -> bool:
+    """The test corpus knows the word (what the rewrite's LexiconView tells)."""
+    return word in LEXICON.df
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("vlw demais, salvou!", "thanks"),
+        ("brigadão, me ajudou muito", "thanks"),
+        ("mil gracias, me re sirvió", "thanks"),
+        ("genial, gracias crack", "thanks"),
+        ("perfect, that helps a lot", "thanks"),
+        ("awesome, thanks heaps", "thanks"),
+        ("hey there, good morning", "greeting"),
+        ("buenas, todo bien por acá", "greeting"),
+        ("blz, tranquilo", "ack"),
+        ("olá, tudo certo?", "greeting"),  # a greeting may ask
+    ],
+)
+def test_small_talk_is_known_by_what_it_lacks_not_by_its_every_word(text: str, kind: str) -> None:
+    # Slang and reactions no list holds ("salvou", "sirvió", "heaps", "tranquilo"): no
+    # question and no word the pages know, so nothing is searched and the topic stays shut.
+    assert small_talk_kind(text, _knows) == kind
+    result = rewrite(text, "como peço reembolso de despesas?", "Pelo portal, em 30 dias.")
+    assert result.no_search and result.small_talk == kind
+    assert result.queries == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "vale transporte pj",  # a short question without "?" that names the pages' words
+        "prazo reembolso hotel",  # telegraphic
+        "valeu! e pra quem é PJ",  # thanks, then a follow-up without its question mark
+        "ok, e o vr do estagiário",
+        "gracias, y en Chile",
+        "thanks, and for contractors",
+        "ok, e pra mim",  # a follow-up of common words only
+        "entendi, me explica melhor",  # a request
+        "perfect, how do I claim",  # a question opener without "?"
+        "ok, e em 2024",  # a number asked about
+        # words the pages do not know, a stray "isso" and no "?": mostly not small talk
+        "tive um imprevisto no voo, consigo remarcar isso",
+    ],
+)
+def test_a_turn_that_names_the_pages_or_asks_is_not_small_talk(text: str) -> None:
+    assert small_talk_kind(text, _knows) is None
+    assert not rewrite(text, "como peço reembolso?", "Pelo portal.").no_search
+
+
+def test_a_set_phrase_of_thanks_holds_a_word_the_pages_know() -> None:
+    # "mil" is in pages of amounts ("R$ 2 mil"); in "mil gracias" it only thanks.
+    assert small_talk_kind("mil gracias, crack", lambda word: word == "mil") == "thanks"
+    assert small_talk_kind("mil reais, crack", lambda word: word == "mil") is None
+
+
+def test_a_long_thank_you_note_is_searched_past_the_tuned_length() -> None:
+    short = "muito obrigado, ajudou demais"
+    long = "muito obrigado, ajudou demais, de verdade, foi super rápido e tranquilo hoje"
+    assert small_talk_kind(short, _knows) == "thanks"
+    assert small_talk_kind(long, _knows) is None
+
+
+def test_without_corpus_statistics_only_listed_words_pass_as_small_talk() -> None:
+    # No LexiconView: a word outside the lists might be content, so it is searched.
+    assert small_talk_kind("obrigado!") == "thanks"
+    assert small_talk_kind("obrigado, salvou") is None
 
 
 def test_small_talk_reply_is_in_the_turn_language() -> None:
