@@ -727,5 +727,10 @@ def _first_turn_as_asked(inp: RewriteInput, result: RewriteResult) -> None:
         return  # nothing searched (max_queries 0, an empty message): nothing to restore
     if result.no_search or any(r.id in WORD_RULES for r in result.fired):
         return
-    result.queries = [SearchQuery(inp.question, "normalize")]
-    result.safe_original = inp.question
+    question = inp.question
+    if len(question) > inp.max_query_chars:
+        # Past the query limit the words as typed are cut like any query (and said so).
+        question = _truncate(question, inp.max_query_chars)
+        result.fire("truncate", f"cut at {inp.max_query_chars} characters")
+    result.queries = [SearchQuery(question, "normalize")]
+    result.safe_original = question

@@ -189,3 +189,17 @@ def test_any_first_turn_is_searched_as_typed_unless_a_word_rule_is_named(
         assert [(q.text, q.type, q.weight, q.area) for q in result.queries] == [
             (question, "normalize", 1.0, None)
         ]
+
+
+@pytest.mark.parametrize(
+    ("question", "limit"), [("0\r", 1), ("prazo do reembolso de despesas de viagem", 12)]
+)
+def test_a_first_turn_searched_as_typed_still_keeps_to_the_query_limit(
+    question: str, limit: int
+) -> None:
+    from retrieval.pipeline.types import LexiconView, RewriteInput
+
+    inp = RewriteInput(question, (), (), 3, limit, None, "pt")
+    result = rewrite_with_rules(inp, LexiconView())
+    assert result.queries and all(0 < len(q.text) <= limit for q in result.queries)
+    assert "truncate" in {r.id for r in result.fired}
