@@ -296,10 +296,11 @@ async def _planned_or_stopped(
     """Rewrite and search within the turn's budget; None when the user stops it first.
 
     A stop cancels the rewrite and the searches it interrupts, at once, instead of being
-    read when retrieval ends (35 s after it was sent, issue 38, finding 2). Work already
-    handed to a thread (one embedding, one SQL statement) finishes there, bounded by its own
-    limits, and its result is dropped. Past CHATRAG_TURN_BUDGET_S the turn fails with
-    TimeoutError like any failed turn (the user gets the error frame and may ask again).
+    read when retrieval ends (35 s after it was sent, issue 38, finding 2). The search's SQL
+    statements are cancelled in PostgreSQL (`retrieval.pipeline.search.cancellable`); an
+    embedding already handed to a thread finishes there, and its result is dropped. Past
+    CHATRAG_TURN_BUDGET_S the turn fails with TimeoutError like any failed turn (the user
+    gets the error frame and may ask again).
     """
     planning = asyncio.ensure_future(plan_turn(turn.request, turn.backends, on_rewrite=announce))
     stopped = asyncio.ensure_future(stop.wait())

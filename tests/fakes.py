@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from retrieval.pipeline.fusion import Hit
 from retrieval.pipeline.llm import ChatMessage
-from retrieval.pipeline.search import Scope, SearchParams, SearchRequest
+from retrieval.pipeline.search import Scope, SearchCall, SearchParams, SearchRequest
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,12 @@ class FakeSearcher:
         self.requests: list[SearchRequest] = []
 
     def search_many(
-        self, requests: Sequence[SearchRequest], scope: Scope, params: SearchParams
+        self,
+        requests: Sequence[SearchRequest],
+        scope: Scope,
+        params: SearchParams,
+        *,
+        call: SearchCall | None = None,
     ) -> list[list[Hit]]:
         self.requests += requests
         return [self.found(r) for r in requests]
@@ -105,6 +110,8 @@ class FakeSearcher:
         scope: Scope,
         params: SearchParams,
         embed: Callable[[], Sequence[Sequence[float]]],
+        *,
+        call: SearchCall | None = None,
     ) -> list[list[Hit]]:
         vectors = embed()
         with_vectors = [replace(r, vector=tuple(v)) for r, v in zip(requests, vectors, strict=True)]

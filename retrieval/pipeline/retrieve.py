@@ -44,7 +44,7 @@ from .model_stages import (
 from .rewrite_cache import RewriteCache, cache_key, from_state, to_state
 from .rewrite_llm import llm_policy, rewrite_with_llm
 from .rewrite_rules import lexicon_words, rewrite_with_rules, tuned_policy
-from .search import Scope, Searcher, SearchParams, SearchRequest
+from .search import Scope, Searcher, SearchParams, SearchRequest, cancellable
 from .text import content_terms, detect_language, normalize, token_spans
 from .tuning import tuning
 from .types import (
@@ -464,13 +464,16 @@ async def _searched(
     results: list[list[Hit]] = []
     if requests:
         try:
+            # On a thread; a stopped turn cancels the statements in PostgreSQL (`cancellable`).
             if embedding:  # the full-text legs run while the queries are embedded
-                results = await asyncio.to_thread(
-                    engine.search_while_embedding, requests, scope, settings.search, vectors
+                results = await cancellable(
+                    lambda call: engine.search_while_embedding(
+                        requests, scope, settings.search, vectors, call=call
+                    )
                 )
             else:
-                results = await asyncio.to_thread(
-                    engine.search_many, requests, scope, settings.search
+                results = await cancellable(
+                    lambda call: engine.search_many(requests, scope, settings.search, call=call)
                 )
         except Exception as exc:  # the database failing must still end the turn with a message
             errors.append(f"search failed: {exc.__class__.__name__}")

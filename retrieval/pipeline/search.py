@@ -9,25 +9,35 @@
   common ones (Postgres's own ranking knows no rarity).
 - Several queries run at once on pooled connections (threads: psycopg releases the GIL
   while it waits on the server).
+- A call run by `cancellable` is cancelled in PostgreSQL when the task awaiting it is: a
+  stopped turn's statements end there too (`SearchCall`), and their connections go back to
+  the pool healthy.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 import threading
 import time
 import unicodedata
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
+import psycopg
 from psycopg import Connection
+from psycopg.errors import QueryCanceled
 from psycopg_pool import ConnectionPool
 
 from .fusion import Hit
 from .languages import text_search_configs
+
+logger = logging.getLogger(__name__)
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
@@ -606,9 +616,15 @@ class Searcher(Protocol):
     """What the pipeline asks of the search: `SearchEngine`, or a fake in tests."""
 
     def search_many(
-        self, requests: Sequence[SearchRequest], scope: Scope, params: SearchParams
+        self,
+        requests: Sequence[SearchRequest],
+        scope: Scope,
+        params: SearchParams,
+        *,
+        call: SearchCall | None = None,
     ) -> list[list[Hit]]:
-        """Run all requests; results keep the requests' order."""
+        """Run all requests; results keep the requests' order. `call` (see `cancellable`)
+        cancels their statements."""
         ...
 
     def search_while_embedding(
@@ -617,9 +633,95 @@ class Searcher(Protocol):
         scope: Scope,
         params: SearchParams,
         embed: Callable[[], Sequence[Sequence[float]]],
+        *,
+        call: SearchCall | None = None,
     ) -> list[list[Hit]]:
         """`search_many` for requests whose vectors `embed` computes meanwhile."""
         ...
+
+
+class SearchCancelled(Exception):
+    """The search's call was cancelled (`SearchCall.cancel`): its statements were cancelled in
+    PostgreSQL, or refused before they started. Not a failure: nobody awaits the result."""
+
+
+class SearchCall:
+    """The statements one call of the engine runs, so that they can be cancelled at once.
+
+    Each statement runs on a pooled connection registered here while it runs (`running`);
+    `cancel` refuses any statement not started yet and asks PostgreSQL to cancel those
+    running (`Connection.cancel_safe`). A cancelled statement raises `SearchCancelled` in its
+    thread, which then returns; its connection is left idle (autocommit), so the pool hands
+    it to the next search as it is.
+    """
+
+    CANCEL_TIMEOUT_S = 5.0
+
+    def __init__(self) -> None:
+        # Held while the running statements are cancelled, so that none of their
+        # connections goes back to the pool (and another call's statement) meanwhile.
+        self._lock = threading.Lock()
+        self._running: set[Connection[Any]] = set()
+        self._cancelled = False
+        self.cancels_sent = 0  # statements PostgreSQL was asked to cancel
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    @contextmanager
+    def running(self, conn: Connection[Any]) -> Iterator[None]:
+        """Register `conn` while the caller's statements run on it."""
+        with self._lock:
+            if self._cancelled:
+                raise SearchCancelled
+            self._running.add(conn)
+        try:
+            yield
+        except QueryCanceled as exc:
+            if self._cancelled:  # ours; a statement_timeout's is a failure
+                raise SearchCancelled from exc
+            raise
+        finally:
+            with self._lock:
+                self._running.discard(conn)
+
+    def refuse(self) -> None:
+        """Refuse every statement not started yet (cheap: may run on the event loop)."""
+        with self._lock:
+            self._cancelled = True
+
+    def cancel(self) -> None:
+        """Refuse the statements not started yet and cancel the running ones (blocks on
+        the network: run it off the event loop)."""
+        with self._lock:
+            self._cancelled = True
+            for conn in self._running:
+                try:
+                    conn.cancel_safe(timeout=self.CANCEL_TIMEOUT_S)
+                    self.cancels_sent += 1
+                except (psycopg.Error, OSError) as exc:  # the statement ends by itself
+                    logger.warning("search cancel failed: %s", exc)
+
+
+_T = TypeVar("_T")
+
+
+async def cancellable(work: Callable[[SearchCall], _T]) -> _T:
+    """Run `work` (a `Searcher` call given the `SearchCall`) on a thread; if the awaiting
+    task is cancelled (a stopped turn), the call's statements are cancelled in PostgreSQL.
+
+    The cancel is sent from a thread of its own and not awaited: the stop never waits on
+    the database, and work the thread does outside SQL (an embedding) still ends there, but
+    starts no statement after it.
+    """
+    call = SearchCall()
+    try:
+        return await asyncio.to_thread(work, call)
+    except asyncio.CancelledError:
+        call.refuse()
+        threading.Thread(target=call.cancel, name="search-cancel", daemon=True).start()
+        raise
 
 
 class _Sizes(NamedTuple):
@@ -671,13 +773,24 @@ class SearchEngine:
         new to the collection is found by its words (its vector, at once) within a minute."""
         return self._collection(collection_id, max_age)[3]
 
+    @contextmanager
+    def _connection(self, call: SearchCall | None) -> Iterator[Connection[Any]]:
+        """A pooled connection, registered with `call` while in use (so it can be cancelled);
+        unregistered before it goes back to the pool."""
+        with self.pool.connection() as conn:
+            if call is None:
+                yield conn
+            else:
+                with call.running(conn):
+                    yield conn
+
     def _collection(
-        self, collection_id: int, max_age: float = 60.0
+        self, collection_id: int, max_age: float = 60.0, call: SearchCall | None = None
     ) -> tuple[float, int, float, Configs]:
         cached = self._sizes.get(collection_id)
         if cached is not None and time.monotonic() - cached[0] < max_age:
             return cached
-        with self.pool.connection() as conn:
+        with self._connection(call) as conn:
             row = conn.execute(
                 """SELECT (SELECT count(*) FROM retrieval_chunk WHERE collection_id = %(c)s),
                           (SELECT reltuples FROM pg_class WHERE oid = (
@@ -698,22 +811,24 @@ class SearchEngine:
         """How many chunks a collection has (cached a minute: it only sizes term filters)."""
         return self.collection_size(collection_id)[0]
 
-    def readable_chunks(self, scope: Scope, *, max_age: float = 60.0) -> int:
+    def readable_chunks(
+        self, scope: Scope, *, max_age: float = 60.0, call: SearchCall | None = None
+    ) -> int:
         """How many chunks of the collection the reader may read; cached a minute (it only
         weighs the words' rarity)."""
         cached = self._readable.get(scope)
         if cached is not None and time.monotonic() - cached[0] < max_age:
             return cached[1]
-        with self.pool.connection() as conn:
+        with self._connection(call) as conn:
             args = {"collection": scope.collection_id, **scope.sql_args()}
             row = conn.execute(READABLE_CHUNKS_SQL, args).fetchone()
         count = int(row[0]) if row else 0
         self._readable[scope] = (time.monotonic(), count)
         return count
 
-    def _sizes_for(self, scope: Scope) -> _Sizes:
-        _, count, share, configs = self._collection(scope.collection_id)
-        return _Sizes(count, share, self.readable_chunks(scope), configs)
+    def _sizes_for(self, scope: Scope, call: SearchCall | None = None) -> _Sizes:
+        _, count, share, configs = self._collection(scope.collection_id, call=call)
+        return _Sizes(count, share, self.readable_chunks(scope, call=call), configs)
 
     def search(self, request: SearchRequest, scope: Scope, params: SearchParams) -> list[Hit]:
         return self._search(request, scope, params, self._sizes_for(scope))
@@ -725,8 +840,9 @@ class SearchEngine:
         params: SearchParams,
         size: _Sizes,
         text_ranks: TextRanks | None = None,
+        call: SearchCall | None = None,
     ) -> list[Hit]:
-        with self.pool.connection() as conn:
+        with self._connection(call) as conn:
             return hybrid_search(
                 conn,
                 request,
@@ -745,8 +861,9 @@ class SearchEngine:
         scope: Scope,
         params: SearchParams,
         size: _Sizes,
+        call: SearchCall | None = None,
     ) -> TextRanks | None:
-        with self.pool.connection() as conn:
+        with self._connection(call) as conn:
             return text_leg_ranks(
                 conn,
                 request,
@@ -759,13 +876,21 @@ class SearchEngine:
             )
 
     def search_many(
-        self, requests: Sequence[SearchRequest], scope: Scope, params: SearchParams
+        self,
+        requests: Sequence[SearchRequest],
+        scope: Scope,
+        params: SearchParams,
+        *,
+        call: SearchCall | None = None,
     ) -> list[list[Hit]]:
-        """Run all requests concurrently; results keep the requests' order."""
-        size = self._sizes_for(scope)  # once, not per thread
+        """Run all requests concurrently; results keep the requests' order. Raises
+        `SearchCancelled` when `call` was cancelled."""
+        size = self._sizes_for(scope, call)  # once, not per thread
         if len(requests) == 1:
-            return [self._search(requests[0], scope, params, size)]
-        futures = [self._executor.submit(self._search, r, scope, params, size) for r in requests]
+            return [self._search(requests[0], scope, params, size, call=call)]
+        futures = [
+            self._executor.submit(self._search, r, scope, params, size, call=call) for r in requests
+        ]
         return [f.result() for f in futures]
 
     def search_while_embedding(
@@ -774,6 +899,8 @@ class SearchEngine:
         scope: Scope,
         params: SearchParams,
         embed: Callable[[], Sequence[Sequence[float]]],
+        *,
+        call: SearchCall | None = None,
     ) -> list[list[Hit]]:
         """`search_many` for requests whose vectors `embed` computes (one per request, in
         order; an empty one: no vector leg), with the same hits.
@@ -784,15 +911,17 @@ class SearchEngine:
         vectors were there cost a turn the embedding and the full-text legs one after the
         other.
         """
-        size = self._sizes_for(scope)
-        text = [self._executor.submit(self._text_ranks, r, scope, params, size) for r in requests]
+        size = self._sizes_for(scope, call)
+        text = [
+            self._executor.submit(self._text_ranks, r, scope, params, size, call) for r in requests
+        ]
         try:
             vectors = embed()
         finally:  # the text legs end before the turn goes on, whatever the embedder did
             ranks = [f.result() for f in text]
         searches = [
             self._executor.submit(
-                self._search, replace(r, vector=v), scope, params, size, text_ranks
+                self._search, replace(r, vector=v), scope, params, size, text_ranks, call
             )
             for r, v, text_ranks in zip(requests, vectors, ranks, strict=True)
         ]

@@ -716,6 +716,83 @@ async def test_a_stop_during_the_searches_ends_the_turn_without_waiting_for_them
     assert message.id not in LIVE
 
 
+SLOW_SEARCH = "e38-slow-search"  # marks the injected statement in pg_stat_activity
+
+
+def _slow_searches_running() -> int:
+    """How many backends run the injected slow search statement (pg_stat_activity)."""
+    import psycopg
+
+    from retrieval.services import database_conninfo
+
+    with psycopg.connect(database_conninfo(), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE state = 'active' AND pid <> pg_backend_pid() AND query LIKE %s",
+            [f"%{SLOW_SEARCH}%"],
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _until(condition: Callable[[], bool]) -> bool:
+    """Whether a state of the database came (a hang guard, never a timing)."""
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+async def test_a_stop_during_a_slow_search_cancels_its_sql_in_postgres(
+    small_kb: Any, personas: dict[str, Any], monkeypatch: pytest.MonkeyPatch, ws_settled: None
+) -> None:
+    """The search SQL a stopped turn started kept running in PostgreSQL on a search thread,
+    holding a pooled connection and a CPU of the database. Each search statement here first
+    sleeps in the server on its real pooled connection; the stop cancels it there (the error
+    the thread sees is QueryCanceled, and no backend runs it any more) and the next turn's
+    searches run on the pool as usual."""
+    from psycopg.errors import QueryCanceled
+
+    from retrieval.pipeline import search as search_module
+
+    ended: list[BaseException | None] = []
+
+    def slowed(real: Callable[..., Any]) -> Callable[..., Any]:
+        def slow(conn: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                conn.execute(f"SELECT pg_sleep(%s) /* {SLOW_SEARCH} */", [WAIT_S * 3])
+            except BaseException as exc:
+                ended.append(exc)
+                raise
+            ended.append(None)
+            return real(conn, *args, **kwargs)
+
+        return slow
+
+    monkeypatch.setattr(search_module, "text_leg_ranks", slowed(search_module.text_leg_ranks))
+    monkeypatch.setattr(search_module, "hybrid_search", slowed(search_module.hybrid_search))
+    message = await _store(personas["ana"], QUESTION)
+    frames: list[dict[str, Any]] = []
+
+    async def emit(event: dict[str, Any]) -> None:
+        frames.append(event)
+
+    start_turn(message_id=message.id, emit=emit, received_at=time.perf_counter())
+    (task,) = RUNNING
+    assert await asyncio.to_thread(_until, lambda: _slow_searches_running() > 0)
+    assert request_stop(message.id) is True
+    await asyncio.wait_for(task, WAIT_S)
+    assert (frames[-1]["type"], frames[-1]["status"]) == ("done", "stopped")
+    # Cancelled in PostgreSQL, not left to run out its sleep.
+    assert await asyncio.to_thread(_until, lambda: _slow_searches_running() == 0)
+    assert await asyncio.to_thread(_until, lambda: len(ended) > 0)
+    assert all(isinstance(exc, QueryCanceled) for exc in ended), ended
+    monkeypatch.undo()
+    again, _ = await _turn(personas["ana"], QUESTION)
+    assert "sources" in _types(again)
+
+
 async def test_a_turn_past_its_budget_fails_with_its_error_frame(
     small_kb: Any,
     personas: dict[str, Any],

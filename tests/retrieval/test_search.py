@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
+import asyncio
+import queue
 import threading
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg.errors import QueryCanceled
 
 from retrieval.embeddings import get_embedder
 from retrieval.pipeline import search as search_module
 from retrieval.pipeline.fusion import ranked_documents
 from retrieval.pipeline.metrics import mrr_at
-from retrieval.pipeline.search import Scope, SearchParams, SearchRequest, fulltext_words
-from retrieval.services import scope_for_user, search_engine, search_params
+from retrieval.pipeline.search import (
+    Scope,
+    SearchCall,
+    SearchCancelled,
+    SearchEngine,
+    SearchParams,
+    SearchRequest,
+    cancellable,
+    fulltext_words,
+)
+from retrieval.services import database_conninfo, scope_for_user, search_engine, search_params
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -205,6 +219,122 @@ def test_the_full_text_legs_run_while_the_queries_are_embedded(
     filled = [SearchRequest(t, v) for t, v in zip(texts, vectors, strict=True)]
     assert results == search_engine().search_many(filled, scope, search_params())
     assert all(r and r[0].vector_rank is not None for r in results)
+
+
+# --- a stopped turn cancels its statements in PostgreSQL (issue 38, finding 2) ------------------
+
+WAIT_S = 30  # how long an awaited event may take before the test fails (never reached)
+
+
+def _until(condition: Callable[[], bool]) -> None:
+    """Wait for a state of the database (fails if it never comes)."""
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, "the awaited state never came"
+        time.sleep(0.02)
+
+
+def _backend(pid: int) -> tuple[str, str | None]:
+    """A backend's state and what it waits on, as pg_stat_activity shows it."""
+    with psycopg.connect(database_conninfo(), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT state, wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid]
+        ).fetchone()
+    assert row is not None, f"backend {pid} is gone"
+    return row[0], row[1]
+
+
+def _run_without_waiting_for_threads(coroutine: Coroutine[Any, Any, None]) -> None:
+    """`asyncio.run`, but closing the loop does not wait on its threads (as a web process
+    goes on serving while a stopped turn's thread ends)."""
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(coroutine)
+    finally:
+        loop.close()  # shuts the default executor down without waiting
+
+
+def test_a_cancelled_search_is_cancelled_in_postgres_and_its_connection_reused(
+    small_kb: Any, personas: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attack: a stop cancelled the turn's task, but its search SQL kept running in
+    PostgreSQL, holding a pooled connection and a CPU of the database. Here the search's
+    statement waits on a lock the test holds (a statement as slow as it gets); cancelling
+    the task awaiting it cancels the statement (the backend is idle again while the lock is
+    still held), the thread starts no statement after its embedding, and the next search
+    runs on the same connection."""
+    scope = scope_for_user(user=personas["ana"], collection=small_kb)
+    params = search_params()
+    text = "vale refeição para quem trabalha em casa"
+    vector = get_embedder().embed_queries([text])[0]
+    engine = SearchEngine(database_conninfo(), pool_size=1, hnsw_ef_search=40)
+    try:
+        warm = engine.search_many([SearchRequest(text, vector)], scope, params)  # sizes cached
+        with engine.pool.connection() as conn:
+            pid = conn.info.backend_pid
+        started: list[int] = []
+        real = search_module.hybrid_search
+
+        def spied(*args: Any, **kwargs: Any) -> Any:
+            started.append(1)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(search_module, "hybrid_search", spied)
+        embedded = threading.Event()
+        outcome: queue.Queue[BaseException | object] = queue.Queue()
+
+        def embed() -> list[list[float]]:
+            embedded.wait(WAIT_S)  # an embedding still under way when the stop comes
+            return [vector]
+
+        def work(call: SearchCall) -> object:
+            try:
+                found = engine.search_while_embedding(
+                    [SearchRequest(text, [])], scope, params, embed, call=call
+                )
+            except BaseException as exc:
+                outcome.put(exc)
+                raise
+            outcome.put(found)
+            return found
+
+        async def stopped() -> None:
+            task = asyncio.create_task(cancellable(work))
+            await asyncio.to_thread(_until, lambda: _backend(pid) == ("active", "Lock"))
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        with psycopg.connect(database_conninfo()) as locker:
+            locker.execute("LOCK TABLE retrieval_chunk IN ACCESS EXCLUSIVE MODE")
+            _run_without_waiting_for_threads(stopped())
+            # Cancelled in PostgreSQL: idle again while the lock is still held.
+            _until(lambda: _backend(pid)[0] == "idle")
+            embedded.set()
+            ended = outcome.get(timeout=WAIT_S)
+            assert isinstance(ended, SearchCancelled)
+            assert isinstance(ended.__cause__, QueryCanceled)
+            assert started == []  # no vector leg started after the embedding
+            locker.rollback()
+        # The pool's one connection, not a new one, runs the next search.
+        assert engine.search_many([SearchRequest(text, vector)], scope, params) == warm
+        with engine.pool.connection() as conn:
+            assert conn.info.backend_pid == pid
+    finally:
+        engine.close()
+
+
+def test_a_search_call_cancelled_before_it_starts_runs_no_statement(
+    small_kb: Any, personas: dict[str, Any]
+) -> None:
+    scope = scope_for_user(user=personas["ana"], collection=small_kb)
+    call = SearchCall()
+    call.cancel()
+    with pytest.raises(SearchCancelled):
+        search_engine().search_many(
+            [SearchRequest("férias", [])], scope, search_params(), call=call
+        )
+    assert call.cancels_sent == 0
 
 
 def test_the_text_leg_weighs_a_rare_word_above_common_ones(personas: dict[str, Any]) -> None:
