@@ -29,6 +29,7 @@ from retrieval.pipeline.rewrite_rules.cues import (
     FACETS,
     correction_rest,
     is_hypothetical,
+    names_earlier_topic,
     names_what_it_defines,
     refers_to_start,
     return_rest,
@@ -786,11 +787,16 @@ def _return(ctx: _Context, text: str, users: list[Turn]) -> tuple[str, list[Turn
     topic, so the turn carries it rather than the last one. Any other turn comes back as it
     was."""
     rest = return_rest(text)
-    if rest is None:
+    if rest is not None:
+        mark = _CLAUSE_END.search(rest)
+        named = make_turn(rest[: mark.start()] if mark else rest, ctx.stopwords).terms
+        asked = rest[mark.end() :].strip() if mark else ""
+    elif names_earlier_topic(text):
+        # The topic is named somewhere in the turn ("e o reembolso que perguntei antes?").
+        rest = asked = text
+        named = tuple(w for w in make_turn(text, ctx.stopwords).terms if ctx.stats.is_strong(w))
+    else:
         return text, users
-    mark = _CLAUSE_END.search(rest)
-    named = make_turn(rest[: mark.start()] if mark else rest, ctx.stopwords).terms
-    asked = rest[mark.end() :].strip() if mark else ""
     for index in range(len(users) - 1, -1, -1):
         if any(_same_word(w, t) for w in named for t in users[index].terms):
             break

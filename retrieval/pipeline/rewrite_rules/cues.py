@@ -344,6 +344,9 @@ _CORRECTION_PHRASES = _every_languages_phrases("correction_phrases")
 _AFTER_NEGATION = _every_languages_phrases("after_negation_phrases")
 # A return to an earlier topic: "voltando ao reembolso", "going back to the laptop question".
 _RETURN_PHRASES = _every_languages_phrases("return_phrases")
+# "... o reembolso que eu perguntei antes", "the laptop thing I asked about earlier": a
+# topic said to come from earlier in the conversation, wherever the phrase stands.
+_EARLIER_PHRASES = _every_languages_phrases("earlier_phrases")
 
 
 def _phrase_at(words: Sequence[str], start: int, phrases: Sequence[tuple[str, ...]]) -> int:
@@ -368,6 +371,10 @@ def correction_rest(text: str) -> str | None:
     length = _phrase_at(words, negation, _CORRECTION_PHRASES)
     if not length and negation:
         length = _phrase_at(words, negation, _AFTER_NEGATION)
+        # Portuguese "é" (is) normalises to "e" (and): "não, é o outro" corrects, "e o VA?"
+        # after an apology only continues.
+        if length and words[negation] == "e" and tokens[skipped + negation].text != "é":
+            length = 0
     if not length:
         return None
     rest = _after(text, tokens, skipped + negation + length)
@@ -384,3 +391,8 @@ def return_rest(text: str) -> str | None:
     if not length:
         return None
     return _after(text, tokens, skipped + length) or None
+
+
+def names_earlier_topic(text: str) -> bool:
+    """Whether the turn says what it asks about was said earlier in the conversation."""
+    return _last_phrase_end([t.norm for t in token_spans(text)], _EARLIER_PHRASES) >= 0

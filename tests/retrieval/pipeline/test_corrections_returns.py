@@ -23,7 +23,7 @@ _RARE = """ferias reembolso despesas viagem plano saude odontologico dependentes
 notebook laptop stolen attachments file files chat vacaciones gastos viaje licencia
 maternidad vacation reimbursement expenses travel uniforme uniform contractors
 estagiarios pj""".split()
-_COMMON = "como quanto custa prazo send how cuanto tarda pays who partir".split()
+_COMMON = "long take como quanto custa prazo send how cuanto tarda pays who partir".split()
 _DF = {**{w: 3 for w in _RARE}, **{w: 90 for w in _COMMON}}
 
 
@@ -167,6 +167,58 @@ def test_a_return_carries_the_topic_it_names_not_the_last_one(
     assert "return" in _fired(plan)
     assert queries and all(not q & last for q in queries)
     assert earlier <= queries[0]
+
+
+@pytest.mark.parametrize(
+    ("users", "question", "earlier", "last"),
+    [
+        (
+            [
+                "how do I get a travel expenses reimbursement?",
+                "how many vacation days do I get?",
+                "can I carry them over?",
+            ],
+            "sorry, the reimbursement I asked about earlier, how long does it take?",
+            {"reimbursement", "travel", "expenses"},
+            {"vacation"},
+        ),
+        (
+            [
+                "como peço reembolso de despesas de viagem?",
+                "quantos dias de férias eu tenho?",
+                "posso vender parte?",
+            ],
+            "e o reembolso que eu perguntei antes, qual o prazo?",
+            {"reembolso", "despesas", "viagem"},
+            {"ferias"},
+        ),
+    ],
+)
+def test_a_topic_said_to_come_from_earlier_is_carried_from_there(
+    users: list[str], question: str, earlier: set[str], last: set[str]
+) -> None:
+    plan = _plan(question, users)
+    queries = _queries(plan)
+    assert "return" in _fired(plan)
+    assert queries and all(not q & last for q in queries)
+    assert earlier <= queries[0]
+
+
+@pytest.mark.parametrize(
+    ("users", "question"),
+    [
+        (["quanto custa o plano de saúde?"], "desculpa, e o odontológico?"),
+        (["how many vacation days do I get?"], "sorry, and for contractors?"),
+    ],
+)
+def test_an_apology_before_a_follow_up_is_no_correction(users: list[str], question: str) -> None:
+    assert "correction" not in _fired(_plan(question, users))
+
+
+def test_a_negation_then_what_it_is_corrects_the_reading() -> None:
+    plan = _plan("não, é o odontológico", ["quanto custa o plano de saúde?"])
+    assert "correction" in _fired(plan)
+    assert all("saude" not in q for q in _queries(plan))
 
 
 def test_going_back_to_work_is_no_return_to_a_topic() -> None:
