@@ -72,6 +72,9 @@ class Tuning:
     # A return to an earlier topic ("voltando aos reembolsos") finds the turn that named it
     # by words sharing this many first letters: lower matches unrelated words of one root.
     return_stem: int = 5
+    # Content words up to which a negation followed by a noun phrase ("não, o plano
+    # odontológico") names what was meant: higher reads longer statements as corrections.
+    bare_correction_terms: int = 3
 
     # --- the search evidence (evidence.py) ---
     # A leg's rank that counts as "found it confidently": higher trusts weaker hits.

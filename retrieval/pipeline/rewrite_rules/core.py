@@ -27,12 +27,15 @@ from retrieval.pipeline.rewrite_rules.context import (
 )
 from retrieval.pipeline.rewrite_rules.cues import (
     FACETS,
+    after_negation,
     correction_rest,
     is_hypothetical,
     names_earlier_topic,
     names_what_it_defines,
+    opener_length,
     refers_to_start,
     return_rest,
+    starts_clause,
 )
 from retrieval.pipeline.rewrite_rules.lexicon import (
     Stats,
@@ -674,7 +677,9 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
             "ask_out_of_sight", "refers to the start of the conversation, outside the window"
         )
     seen: set[str] = set()
-    meant = correction_rest(text) if users and not to_start else None
+    meant = None
+    if users and not to_start:
+        meant = correction_rest(text) or _names_instead(ctx, text, users[-1])
     if meant is not None and _restricts(ctx, meant):
         # "no, I meant for contractors": the topic was right, its restriction was not; the
         # restriction is read as "e para PJ?" is, a new value replacing the old one.
@@ -733,6 +738,22 @@ def _finish(inp: RewriteInput, result: RewriteResult) -> RewriteResult:
     if not inp.history and not inp.earlier_messages:
         _first_turn_as_asked(inp, result)
     return result
+
+
+def _names_instead(ctx: _Context, text: str, previous: Turn) -> str | None:
+    """A bare correction: a leading negation, then only a noun phrase naming a topic the
+    previous turn did not ("não, o odontológico", "no, attachments"); a question or a
+    continuation after the negation ("não, e para PJ?", "no, how long?") is no correction."""
+    rest = after_negation(text)
+    if rest is None:
+        return None
+    named = make_turn(rest, ctx.stopwords)
+    if starts_clause(named.tokens[:2], ctx.lang) or opener_length(named.tokens, ctx.lang):
+        return None
+    if len(set(named.terms)) > tuning().bare_correction_terms:
+        return None
+    new = [w for w in named.terms if w not in previous.terms and ctx.stats.is_strong(w)]
+    return rest if new else None
 
 
 def _restricts(ctx: _Context, meant: str) -> bool:

@@ -381,6 +381,21 @@ def correction_rest(text: str) -> str | None:
     return rest or None
 
 
+def after_negation(text: str) -> str | None:
+    """What follows a leading negation set off by punctuation ("o odontológico" in "não,
+    o odontológico"), or None: whether it corrects depends on what it names."""
+    tokens = token_spans(text)
+    words = [t.norm for t in strip_lead_filler(tokens)]
+    skipped = len(tokens) - len(words)
+    negation = _phrase_at(words, 0, _CORRECTION_NEGATIONS)
+    if not negation or skipped + negation >= len(tokens):
+        return None
+    last = tokens[skipped + negation - 1]
+    if not _PREAMBLE_END.match(text, last.end) or not text[last.end :][:1].strip():
+        return None  # "não tenho dependentes": the negation belongs to the sentence
+    return _after(text, tokens, skipped + negation) or None
+
+
 def return_rest(text: str) -> str | None:
     """What a return to an earlier topic names and asks ("reembolso, qual o prazo?" in
     "voltando ao reembolso, qual o prazo?"), or None when the turn opens with no return."""

@@ -221,6 +221,37 @@ def test_a_negation_then_what_it_is_corrects_the_reading() -> None:
     assert all("saude" not in q for q in _queries(plan))
 
 
+@pytest.mark.parametrize(
+    ("users", "question", "meant", "misread"),
+    [
+        (["quanto custa o plano de saúde?"], "não, o odontológico", "odontologico", "saude"),
+        (["how do I send a file in chat?"], "no, attachments", "attachments", "file"),
+    ],
+)
+def test_a_negation_then_a_new_name_is_a_correction(
+    users: list[str], question: str, meant: str, misread: str
+) -> None:
+    plan = _plan(question, users)
+    assert "correction" in _fired(plan)
+    assert all(misread not in q for q in _queries(plan))
+    assert meant in _queries(plan)[0]
+
+
+@pytest.mark.parametrize(
+    ("users", "question"),
+    [
+        (["quanto custa o plano de saúde?"], "não, e para dependentes?"),
+        (["quanto custa o plano de saúde?"], "não, quanto custa por mês?"),
+        (["how do I send a file in chat?"], "no, how long does it take?"),
+        (["quanto custa o plano de saúde?"], "não tenho dependentes"),
+    ],
+)
+def test_a_negation_then_a_question_or_a_follow_up_is_no_correction(
+    users: list[str], question: str
+) -> None:
+    assert "correction" not in _fired(_plan(question, users))
+
+
 def test_going_back_to_work_is_no_return_to_a_topic() -> None:
     plan = _plan("can I go back to work after parental leave?", ["is the uniform free?"])
     assert "return" not in _fired(plan)
