@@ -59,6 +59,8 @@ RULE_LABELS = {
     "carry_topic": gettext_lazy("assunto da conversa retomado"),
     "substitute": gettext_lazy("referência trocada pelo assunto"),
     "topic_swap": gettext_lazy("talvez outro assunto: buscado também"),
+    "correction": gettext_lazy("correção da leitura: assunto anterior deixado de lado"),
+    "return": gettext_lazy("volta a um assunto anterior"),
     "keep_as_asked": gettext_lazy("mantida como foi perguntada"),
     "nothing_to_carry": gettext_lazy("nada anterior a retomar"),
     "asks_definition": gettext_lazy("pergunta o que algo é: mantida"),

@@ -69,6 +69,12 @@ class Tuning:
     # searches more slangy thanks ("vlw demais, salvou"), lower takes a question about what
     # the pages do not cover, that ends in "isso" and lost its "?", for an acknowledgement.
     small_talk_share: float = 0.5
+    # A return to an earlier topic ("voltando aos reembolsos") finds the turn that named it
+    # by words sharing this many first letters: lower matches unrelated words of one root.
+    return_stem: int = 5
+    # Content words up to which a negation followed by a noun phrase ("não, o plano
+    # odontológico") names what was meant: higher reads longer statements as corrections.
+    bare_correction_terms: int = 3
 
     # --- the search evidence (evidence.py) ---
     # A leg's rank that counts as "found it confidently": higher trusts weaker hits.

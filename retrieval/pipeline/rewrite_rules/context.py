@@ -284,6 +284,13 @@ def _frame(
     return (preps[tokens[start].norm], words) if words else None
 
 
+def frame_at(
+    tokens: Sequence[Token], start: int, lang: str | None, stopwords: frozenset[str]
+) -> tuple[str, list[str]] | None:
+    """The prepositional phrase at `start` ("para PJ", "for contractors"): see `_frame`."""
+    return _frame(tokens, start, lang, stopwords)
+
+
 def _frame_words(turn: Turn, frame_class: str, lang: str | None, sw: frozenset[str]) -> set[str]:
     found: set[str] = set()
     for i in range(len(turn.tokens)):

@@ -18,16 +18,24 @@ from retrieval.pipeline.rewrite_rules.context import (
     Dependency,
     Turn,
     assess,
+    frame_at,
     make_turn,
     plan_carry,
     points_back,
+    render_phrase,
     topic_swap,
 )
 from retrieval.pipeline.rewrite_rules.cues import (
     FACETS,
+    after_negation,
+    correction_rest,
     is_hypothetical,
+    names_earlier_topic,
     names_what_it_defines,
+    opener_length,
     refers_to_start,
+    return_rest,
+    starts_clause,
 )
 from retrieval.pipeline.rewrite_rules.lexicon import (
     Stats,
@@ -145,6 +153,8 @@ class _Context:
     result: RewriteResult
     question_terms: frozenset[str]  # the glossary terms the question itself uses
     topic: str = ""  # the words a follow-up carried, for the evidence search
+    # The turn surely continues an earlier topic (a return to it, a restriction corrected).
+    continues: bool = False
 
 
 def _substitute(turn: Turn, dependency: Dependency, topic: str) -> str | None:
@@ -602,11 +612,10 @@ def _add_readings(
             return
         ctx.topic = plan.phrase
         contextual = f"{standalone.rstrip(_EDGES)} {plan.phrase}"
-        ctx.result.fire(
-            "maybe_follow_up", f"may follow up on '{plan.phrase}': searched with and without it"
-        )
+        how = "searched with it" if ctx.continues else "searched with and without it"
+        ctx.result.fire("maybe_follow_up", f"may follow up on '{plan.phrase}': {how}")
     ctx.result.topic = clean_query(ctx.topic, ctx.stats, ctx.protected, ctx.stopwords) or None
-    if carried and points_back(part, dependency, ctx.lang, ctx.stopwords):
+    if ctx.continues or (carried and points_back(part, dependency, ctx.lang, ctx.stopwords)):
         # "e para PJ?": only the topic-aware reading; the user's words alone would pull up
         # a sibling (another country's, another audience's page).
         _add_query(ctx, contextual, "expand", seen, reading="contextual")
@@ -667,8 +676,22 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
         result.fire(
             "ask_out_of_sight", "refers to the start of the conversation, outside the window"
         )
-    parts = _split(ctx, text)
     seen: set[str] = set()
+    meant = None
+    if users and not to_start:
+        meant = correction_rest(text) or _names_instead(ctx, text, users[-1])
+    if meant is not None and _restricts(ctx, meant):
+        # "no, I meant for contractors": the topic was right, its restriction was not; the
+        # restriction is read as "e para PJ?" is, a new value replacing the old one.
+        result.fire("correction", f"corrects the reading's restriction: searched '{meant}'")
+        text, ctx.continues = meant, True
+    elif meant is not None and (corrected := _correction(ctx, meant, users[-1])):
+        _add_query(ctx, corrected[0], "expand", seen, reading="contextual")
+        _add_query(ctx, corrected[1], "normalize", seen, reading="standalone")
+        return _finish(inp, result)
+    elif users and not to_start:
+        text, users = _return(ctx, text, users)
+    parts = _split(ctx, text)
     resolved: list[Turn] = []
     own: list[Turn] = []  # the parts as the user wrote them
     for index, part in enumerate(parts):
@@ -707,10 +730,113 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
     elif not users:
         result.clarify_terms = _clarify_terms(ctx, parts[0])
     result.safe_original = clean_query(inp.question, ctx.stats, ctx.protected, ctx.stopwords)
+    return _finish(inp, result)
+
+
+def _finish(inp: RewriteInput, result: RewriteResult) -> RewriteResult:
     result.queries = result.queries[: max(0, inp.max_queries)]
     if not inp.history and not inp.earlier_messages:
         _first_turn_as_asked(inp, result)
     return result
+
+
+def _names_instead(ctx: _Context, text: str, previous: Turn) -> str | None:
+    """A bare correction: a leading negation, then only a noun phrase naming a topic the
+    previous turn did not ("não, o odontológico", "no, attachments"); a question or a
+    continuation after the negation ("não, e para PJ?", "no, how long?") is no correction."""
+    rest = after_negation(text)
+    if rest is None:
+        return None
+    named = make_turn(rest, ctx.stopwords)
+    if starts_clause(named.tokens[:2], ctx.lang) or opener_length(named.tokens, ctx.lang):
+        return None
+    if len(set(named.terms)) > tuning().bare_correction_terms:
+        return None
+    new = [w for w in named.terms if w not in previous.terms and ctx.stats.is_strong(w)]
+    return rest if new else None
+
+
+def _restricts(ctx: _Context, meant: str) -> bool:
+    """Whether what a correction says was meant is a restriction of the topic: a phrase
+    after a preposition ("para PJ", "for contractors") or a value of a slot ("Chile")."""
+    named = make_turn(meant, ctx.stopwords)
+    if frame_at(named.tokens, 0, ctx.lang, ctx.stopwords) is not None:
+        return True
+    return bool(named.terms) and all(slot_of(w) is not None for w in named.terms)
+
+
+def _correction(ctx: _Context, meant: str, previous: Turn) -> tuple[str, str] | None:
+    """A correction of the reading's two queries: what was meant with what the previous
+    turn asked about it, and what was meant alone; None for any other turn.
+
+    "não, era o do plano odontológico" after "quanto custa o plano de saúde?" says the
+    previous turn was read on the wrong topic: the topic it carried, or, when it named its
+    own, its rarer words, are dropped; what it asked (how much, the deadline) is kept.
+    """
+    named = make_turn(meant, ctx.stopwords)
+    if not named.terms:
+        return None
+    own = set(named.terms)
+    kind = assess(previous, ctx.lang, ctx.stats, ctx.protected, ctx.mentions).kind
+    if kind in ("anaphor", "ellipsis", "weak"):
+        # It carried the misread topic; its own words are what it asked.
+        kept = {w for w in previous.terms if w not in own}
+    else:
+        kept = {
+            w
+            for w in previous.terms
+            if w not in own and (w in FACETS or not ctx.stats.is_strong(w))
+        }
+    asked = render_phrase(previous.tokens, kept)
+    ctx.result.fire(
+        "correction",
+        f"corrects the reading: searched '{meant.strip(_EDGES)}'"
+        + (f" with '{asked}'" if asked else "")
+        + ", the previous topic dropped",
+    )
+    ctx.result.topic = clean_query(meant, ctx.stats, ctx.protected, ctx.stopwords) or None
+    meant = meant.strip(_EDGES)
+    return (f"{meant} {asked}".strip(), meant)
+
+
+_CLAUSE_END = re.compile(r"[,;:?!.]")
+
+
+def _return(ctx: _Context, text: str, users: list[Turn]) -> tuple[str, list[Turn]]:
+    """A return to an earlier topic ("voltando ao reembolso, qual o prazo?"): the
+    question without its opener, and the user turns up to the newest one that named that
+    topic, so the turn carries it rather than the last one. Any other turn comes back as it
+    was."""
+    rest = return_rest(text)
+    if rest is not None:
+        mark = _CLAUSE_END.search(rest)
+        named = make_turn(rest[: mark.start()] if mark else rest, ctx.stopwords).terms
+        asked = rest[mark.end() :].strip() if mark else ""
+    elif names_earlier_topic(text):
+        # The topic is named somewhere in the turn ("e o reembolso que perguntei antes?").
+        rest = asked = text
+        named = tuple(w for w in make_turn(text, ctx.stopwords).terms if ctx.stats.is_strong(w))
+    else:
+        return text, users
+    for index in range(len(users) - 1, -1, -1):
+        if any(_same_word(w, t) for w in named for t in users[index].terms):
+            break
+    else:
+        return text, users
+    ctx.continues = True
+    ctx.result.fire(
+        "return",
+        f"returns to an earlier topic: carried from user turn {index - len(users)}",
+    )
+    if not make_turn(asked, ctx.stopwords).terms:
+        asked = rest
+    return asked, users[: index + 1]
+
+
+def _same_word(one: str, other: str) -> bool:
+    """The same word, or one of its inflections ("reembolso", "reembolsos")."""
+    size = tuning().return_stem
+    return one == other or (min(len(one), len(other)) >= size and one[:size] == other[:size])
 
 
 def _first_turn_as_asked(inp: RewriteInput, result: RewriteResult) -> None:

@@ -334,3 +334,80 @@ def names_what_it_defines(tokens: Sequence[Token], lang: str | None) -> bool:
             subject = words[len(start) :]
             return bool(subject) and not any(w in _POINTING_WORDS[lang] for w in subject)
     return False
+
+
+# A correction of the reading: "não, era o do outro plano", "no, I meant attachments", "no,
+# me refería a ...". A correction phrase opens the turn, after a negation or not; a few
+# shorter ones ("era", "I mean") correct only right after a negation.
+_CORRECTION_NEGATIONS = _every_languages_phrases("correction_negations")
+_CORRECTION_PHRASES = _every_languages_phrases("correction_phrases")
+_AFTER_NEGATION = _every_languages_phrases("after_negation_phrases")
+# A return to an earlier topic: "voltando ao reembolso", "going back to the laptop question".
+_RETURN_PHRASES = _every_languages_phrases("return_phrases")
+# "... o reembolso que eu perguntei antes", "the laptop thing I asked about earlier": a
+# topic said to come from earlier in the conversation, wherever the phrase stands.
+_EARLIER_PHRASES = _every_languages_phrases("earlier_phrases")
+
+
+def _phrase_at(words: Sequence[str], start: int, phrases: Sequence[tuple[str, ...]]) -> int:
+    """The length of the longest of `phrases` at `words[start:]`, or 0."""
+    return max((len(p) for p in phrases if tuple(words[start : start + len(p)]) == p), default=0)
+
+
+def _after(text: str, tokens: Sequence[Token], end: int) -> str:
+    """The text after token `end - 1`, its leading punctuation dropped."""
+    if end <= 0 or end > len(tokens):
+        return ""
+    return text[tokens[end - 1].end :].lstrip(" ,:;.!—–-")
+
+
+def correction_rest(text: str) -> str | None:
+    """What a correction of the reading says was meant ("attachments" in "no, I meant
+    attachments"), or None when the turn corrects nothing."""
+    tokens = token_spans(text)
+    words = [t.norm for t in strip_lead_filler(tokens)]
+    skipped = len(tokens) - len(words)
+    negation = _phrase_at(words, 0, _CORRECTION_NEGATIONS)
+    length = _phrase_at(words, negation, _CORRECTION_PHRASES)
+    if not length and negation:
+        length = _phrase_at(words, negation, _AFTER_NEGATION)
+        # Portuguese "é" (is) normalises to "e" (and): "não, é o outro" corrects, "e o VA?"
+        # after an apology only continues.
+        if length and words[negation] == "e" and tokens[skipped + negation].text != "é":
+            length = 0
+    if not length:
+        return None
+    rest = _after(text, tokens, skipped + negation + length)
+    return rest or None
+
+
+def after_negation(text: str) -> str | None:
+    """What follows a leading negation set off by punctuation ("o odontológico" in "não,
+    o odontológico"), or None: whether it corrects depends on what it names."""
+    tokens = token_spans(text)
+    words = [t.norm for t in strip_lead_filler(tokens)]
+    skipped = len(tokens) - len(words)
+    negation = _phrase_at(words, 0, _CORRECTION_NEGATIONS)
+    if not negation or skipped + negation >= len(tokens):
+        return None
+    last = tokens[skipped + negation - 1]
+    if not _PREAMBLE_END.match(text, last.end) or not text[last.end :][:1].strip():
+        return None  # "não tenho dependentes": the negation belongs to the sentence
+    return _after(text, tokens, skipped + negation) or None
+
+
+def return_rest(text: str) -> str | None:
+    """What a return to an earlier topic names and asks ("reembolso, qual o prazo?" in
+    "voltando ao reembolso, qual o prazo?"), or None when the turn opens with no return."""
+    tokens = token_spans(text)
+    words = [t.norm for t in strip_lead_filler(tokens)]
+    skipped = len(tokens) - len(words)
+    length = _phrase_at(words, 0, _RETURN_PHRASES)
+    if not length:
+        return None
+    return _after(text, tokens, skipped + length) or None
+
+
+def names_earlier_topic(text: str) -> bool:
+    """Whether the turn says what it asks about was said earlier in the conversation."""
+    return _last_phrase_end([t.norm for t in token_spans(text)], _EARLIER_PHRASES) >= 0
