@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from .languages import language_data, word_list
-from .text import LANGUAGES, normalize, token_spans
+from .languages import every_word_list
+from .text import normalize, token_spans
 
 AnswerKind = Literal["duration", "amount", "condition", "steps"]
 
@@ -29,29 +29,15 @@ _KIND_ORDER: tuple[tuple[AnswerKind, str], ...] = (
 _SECTION = "asks"
 
 
-def _all(name: str) -> tuple[str, ...]:
-    """One list of every language file's "asks", normalised, in file order, once each."""
+def _all(*path: str) -> tuple[str, ...]:
+    """One list of every language file's "asks" at `path`, normalised, once each."""
     return tuple(
-        dict.fromkeys(
-            " ".join(normalize(p).split())
-            for lang in LANGUAGES
-            for p in word_list(lang, _SECTION, name)
-        )
-    )
-
-
-def _kind_phrases(name: str) -> tuple[str, ...]:
-    return tuple(
-        dict.fromkeys(
-            " ".join(normalize(p).split())
-            for lang in LANGUAGES
-            for p in language_data(lang).get(_SECTION, {}).get("kinds", {}).get(name, ())
-        )
+        dict.fromkeys(" ".join(normalize(p).split()) for p in every_word_list(_SECTION, *path))
     )
 
 
 _CUE_PHRASES: tuple[tuple[AnswerKind, tuple[str, ...]], ...] = tuple(
-    (kind, _kind_phrases(name)) for kind, name in _KIND_ORDER
+    (kind, _all("kinds", name)) for kind, name in _KIND_ORDER
 )
 # "como" asks how only where a clause starts ("como peço", "e como incluo"); inside one it
 # compares ("conta como extra", "tanto como").

@@ -25,9 +25,9 @@ from datetime import date
 from typing import Any, TypeVar
 
 from .fusion import MergedHit
-from .languages import LanguageDataError, language_data, word_list
+from .languages import every_word_list, language_mappings
 from .rewrite_rules.slots import countries_in, country_spans, slot_of
-from .text import LANGUAGES, Token, normalize, token_spans
+from .text import Token, normalize, token_spans
 from .tuning import tuning
 from .types import SearchQuery
 
@@ -36,16 +36,13 @@ _SECTION = "filters"
 
 def _listed(name: str) -> frozenset[str]:
     """One word list of every language file's "filters", normalised."""
-    return frozenset(normalize(w) for lang in LANGUAGES for w in word_list(lang, _SECTION, name))
+    return frozenset(normalize(w) for w in every_word_list(_SECTION, name))
 
 
 def _mapping(name: str) -> dict[str, Any]:
     """One mapping of every language file's "filters", in file order (the later wins)."""
     merged: dict[str, Any] = {}
-    for lang in LANGUAGES:
-        found = language_data(lang).get(_SECTION, {}).get(name, {})
-        if not isinstance(found, dict):
-            raise LanguageDataError(f"{lang}.json: {_SECTION}.{name} is not a mapping")
+    for found in language_mappings(_SECTION, name):
         merged.update(found)
     return merged
 
@@ -290,8 +287,7 @@ _AREA_PREPOSITIONS = _listed("area_prepositions")
 
 def _area_names() -> dict[str, frozenset[str]]:
     names: dict[str, set[str]] = {}
-    for lang in LANGUAGES:
-        found = language_data(lang).get(_SECTION, {}).get("areas", {})
+    for found in language_mappings(_SECTION, "areas"):
         for key, aliases in found.items():
             names.setdefault(key, set()).update(normalize(a) for a in aliases)
     return {key: frozenset(aliases) for key, aliases in names.items()}

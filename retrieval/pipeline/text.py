@@ -13,7 +13,13 @@ from functools import lru_cache
 
 import snowballstemmer
 
-from retrieval.pipeline.languages import language_codes, language_data, language_text, stop_words
+from retrieval.pipeline.languages import (
+    language_codes,
+    language_data,
+    language_text,
+    stop_words,
+    word_list,
+)
 
 from .masking import PLACEHOLDER_PATTERN
 
@@ -119,8 +125,7 @@ _LETTERS: dict[str, frozenset[str]] = {
     lang: frozenset(language_text(lang, "detect", "letters")) for lang in LANGUAGES
 }
 _SUFFIXES: dict[str, tuple[str, ...]] = {
-    lang: tuple(str(s) for s in language_data(lang).get("detect", {}).get("suffixes", ()))
-    for lang in LANGUAGES
+    lang: word_list(lang, "detect", "suffixes") for lang in LANGUAGES
 }
 
 

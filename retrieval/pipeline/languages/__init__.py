@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -143,13 +144,19 @@ def identifier_labels(folder: Path | None = None) -> tuple[str, ...]:
 
     All languages at once: a question in Portuguese may quote a Mexican "RFC".
     """
-    labels: list[str] = []
+    return _in_every_file("identifier_labels", folder)
+
+
+def _in_every_file(key: str, folder: Path | None) -> tuple[str, ...]:
+    """The top-level list `key` of every language file (in order of their codes), each
+    entry once."""
+    found: list[str] = []
     for _, path in sorted(language_files(folder).items()):
-        found = _data(path).get("identifier_labels", [])
-        if not isinstance(found, list):
-            raise LanguageDataError(f"{path}: identifier_labels is not a list")
-        labels.extend(str(label) for label in found)
-    return tuple(dict.fromkeys(labels))
+        values = _data(path).get(key, [])
+        if not isinstance(values, list):
+            raise LanguageDataError(f"{path}: {key} is not a list")
+        found.extend(str(v) for v in values)
+    return tuple(dict.fromkeys(found))
 
 
 _CONFIG_NAME = re.compile(r"[a-z_]{1,63}")
@@ -169,29 +176,62 @@ def text_search_configs() -> dict[str, str]:
     return configs
 
 
-def word_list(language: str, section: str, name: str) -> tuple[str, ...]:
-    """A list of words or phrases from `section` of a language's file, normalised by the
-    caller; () where the file or the list is absent (a language need not say everything)."""
-    path = language_files().get(language)
-    if path is None:
+def _entry(language: str, path: Sequence[str]) -> tuple[Path | None, object]:
+    """The value at `path` in a language's file (its file, and None where absent); a key
+    on the way that holds no mapping is an error."""
+    file = language_files().get(language)
+    if file is None:
+        return None, None
+    value: object = _data(file)
+    for depth, key in enumerate(path):
+        if not isinstance(value, dict):
+            raise LanguageDataError(f"{file}: {'.'.join(path[:depth])} is not a mapping")
+        value = value.get(key)
+        if value is None:
+            break
+    return file, value
+
+
+def word_list(language: str, *path: str) -> tuple[str, ...]:
+    """A list of words or phrases at `path` ("cues", "openers") of a language's file,
+    normalised by the caller; () where the file or the list is absent (a language need not
+    say everything)."""
+    file, value = _entry(language, path)
+    if value is None:
         return ()
-    found = _data(path).get(section, {})
-    values = found.get(name, []) if isinstance(found, dict) else None
-    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-        raise LanguageDataError(f"{path}: {section}.{name} is not a list of strings")
-    return tuple(values)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise LanguageDataError(f"{file}: {'.'.join(path)} is not a list of strings")
+    return tuple(value)
 
 
-def language_text(language: str, section: str, name: str) -> str:
-    """One text (a pattern, a set of letters) from `section` of a language's file; "" where
-    the file or the entry is absent."""
-    path = language_files().get(language)
-    if path is None:
+def every_word_list(*path: str) -> tuple[str, ...]:
+    """The lists at `path` of every language known, in precedence order, each entry once:
+    the rules that read a cue whatever the turn's language (a Spanish page may be asked
+    about in Portuguese)."""
+    return tuple(dict.fromkeys(w for code in language_codes() for w in word_list(code, *path)))
+
+
+def language_mappings(*path: str) -> list[dict[str, Any]]:
+    """The mappings at `path` of every language that has one, in precedence order."""
+    found: list[dict[str, Any]] = []
+    for code in language_codes():
+        file, value = _entry(code, path)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise LanguageDataError(f"{file}: {'.'.join(path)} is not a mapping")
+        found.append(value)
+    return found
+
+
+def language_text(language: str, *path: str) -> str:
+    """One text (a pattern, a set of letters) at `path` of a language's file; "" where the
+    file or the entry is absent."""
+    file, value = _entry(language, path)
+    if value is None:
         return ""
-    found = _data(path).get(section, {})
-    value = found.get(name, "") if isinstance(found, dict) else None
     if not isinstance(value, str):
-        raise LanguageDataError(f"{path}: {section}.{name} is not a text")
+        raise LanguageDataError(f"{file}: {'.'.join(path)} is not a text")
     return value
 
 
@@ -221,10 +261,4 @@ def small_talk_words(folder: Path | None = None) -> dict[str, tuple[str, ...]]:
 def request_words(folder: Path | None = None) -> tuple[str, ...]:
     """The words that ask for something wherever they stand ("explica", "dime", "tell"), of
     every language known: a turn with one is never small talk."""
-    words: list[str] = []
-    for _, path in sorted(language_files(folder).items()):
-        found = _data(path).get("request_words", [])
-        if not isinstance(found, list):
-            raise LanguageDataError(f"{path}: request_words is not a list")
-        words.extend(str(w) for w in found)
-    return tuple(dict.fromkeys(words))
+    return _in_every_file("request_words", folder)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from retrieval.pipeline.languages import language_text, word_list
+from retrieval.pipeline.languages import every_word_list, language_text, word_list
 from retrieval.pipeline.text import LANGUAGES, Token, normalize, token_spans
 
 _LANGS: tuple[str, ...] = LANGUAGES
@@ -33,11 +33,13 @@ def _per_language(name: str, *, surface: bool = False) -> dict[str, frozenset[st
 
 
 def _every_language(name: str) -> frozenset[str]:
-    return frozenset().union(*(_words(lang, name) for lang in _LANGS))
+    return frozenset(normalize(w) for w in every_word_list(_SECTION, name))
 
 
 def _every_languages_phrases(name: str) -> tuple[tuple[str, ...], ...]:
-    return tuple(dict.fromkeys(p for lang in _LANGS for p in _phrases(lang, name)))
+    return tuple(
+        dict.fromkeys(tuple(normalize(p).split()) for p in every_word_list(_SECTION, name))
+    )
 
 
 def _clitic(lang: str) -> re.Pattern[str]:
