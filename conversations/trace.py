@@ -676,6 +676,7 @@ def rewrite_block(view: RewriteView, *, original: str, errors: Sequence[str]) ->
 
     No labels: the page translates types and backends itself (`chat_labels`).
     """
+    rule_details = {detail for _, detail in view.rules}
     return {
         "original": original,
         "backend": view.backend,
@@ -689,7 +690,7 @@ def rewrite_block(view: RewriteView, *, original: str, errors: Sequence[str]) ->
         # The named rules (the page shows each by its translated label, then its detail),
         # and the notes no rule wrote.
         "rules": [{"id": rule, "detail": detail} for rule, detail in view.rules],
-        "notes": [n for n in view.notes if n not in {detail for _, detail in view.rules}],
+        "notes": [n for n in view.notes if n not in rule_details],
         "anomalies": list(view.anomalies),
         "clarification": view.clarification.json() if view.clarification else None,
         "errors": list(errors),

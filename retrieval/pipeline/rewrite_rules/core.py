@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import Literal
@@ -316,7 +316,11 @@ def clean_query(
     A capitalised word the corpus does not know and that is no place ("Mariana", "Kuhn")
     is a person's name more often than anything the documents could match.
     """
-    dropped = unsearchable_tokens(text, stats, protected, stopwords)
+    return _without(text, unsearchable_tokens(text, stats, protected, stopwords))
+
+
+def _without(text: str, dropped: Sequence[Token]) -> str:
+    """`text` without the `dropped` words, its spacing and edges tidied."""
     pieces: list[str] = []
     cursor = 0
     for token in dropped:
@@ -451,7 +455,7 @@ def _add_query(
             "drop_words",
             f"not searched: {len(dropped)} word(s) (a name, an amount or a placeholder)",
         )
-    cleaned = clean_query(text, ctx.stats, ctx.protected, ctx.stopwords)
+    cleaned = _without(text, dropped)
     text = _with_place_names(cleaned, ctx.stats)
     if text != cleaned:
         _fire_once(ctx, "place_names", f"country named in the corpus's other languages: '{text}'")
