@@ -224,6 +224,26 @@ def language_mappings(*path: str) -> list[dict[str, Any]]:
     return found
 
 
+def keyed_word_lists(*path: str) -> dict[str, tuple[str, ...]]:
+    """The lists by key at `path` ("places", "countries") of every language known, merged: a
+    key's entries from each file in precedence order, each entry once. The keys are shared by
+    the files (a country's key), so a file may add its own names to another file's key."""
+    merged: dict[str, dict[str, None]] = {}
+    for code in language_codes():
+        file, value = _entry(code, path)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise LanguageDataError(f"{file}: {'.'.join(path)} is not a mapping")
+        for key, words in value.items():
+            if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+                raise LanguageDataError(
+                    f"{file}: {'.'.join((*path, key))} is not a list of strings"
+                )
+            merged.setdefault(key, {}).update(dict.fromkeys(words))
+    return {key: tuple(words) for key, words in merged.items()}
+
+
 def language_text(language: str, *path: str) -> str:
     """One text (a pattern, a set of letters) at `path` of a language's file; "" where the
     file or the entry is absent."""

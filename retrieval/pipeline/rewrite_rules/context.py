@@ -30,7 +30,7 @@ from retrieval.pipeline.rewrite_rules.cues import (
     strip_lead_filler,
 )
 from retrieval.pipeline.rewrite_rules.lexicon import Stats
-from retrieval.pipeline.rewrite_rules.slots import slot_spans
+from retrieval.pipeline.rewrite_rules.slots import narrows_place, slot_spans
 from retrieval.pipeline.text import Token, is_content_word, token_spans
 from retrieval.pipeline.tuning import tuning
 
@@ -319,6 +319,8 @@ def _replacements(
     found: list[tuple[set[str], set[str]]] = []
     for slot, words in _slot_values(turn, walk.extra_slots).items():
         newer = walk.slots.get(slot, set())
+        if slot == "place" and narrows_place(words, newer):
+            continue
         if newer and not words & newer and words - walk.blocked:
             found.append((words - walk.blocked, newer))
     # An unclassified value after the same preposition also replaces ("e para cursos?").

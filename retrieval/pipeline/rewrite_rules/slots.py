@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from retrieval.pipeline.languages import keyed_word_lists
 from retrieval.pipeline.text import Token, normalize
 
 _SLOT_WORDS: dict[str, str] = {
@@ -29,13 +30,6 @@ _SLOT_WORDS: dict[str, str] = {
         nacional internacional domestico exterior estrangeiro extranjero domestic
         international abroad overseas
     """,
-    "place": """
-        brasil brazil espana spain chile mexico argentina colombia peru portugal uruguai
-        uruguay paraguai paraguay bolivia equador ecuador venezuela eua usa canada alemanha
-        alemania germany franca francia france italia italy india china japao japon japan
-        inglaterra england irlanda ireland holanda netherlands uk panama guatemala
-        madrid barcelona santiago lisboa lisbon bogota lima londres london
-    """,
     "family": """
         conjuge esposa esposo marido companheiro companheira filho filha dependente
         enteado hijo hija pareja spouse husband wife partner child children kid
@@ -52,15 +46,27 @@ _SLOT_WORDS: dict[str, str] = {
         january february march april june july august september october november december
     """,
 }
+# Places are each language file's "places" (retrieval/pipeline/languages), by a country key
+# that every file shares: a country's names ("Uruguai", "Uruguay"), its abbreviations ("EUA",
+# "UK") and its cities ("Montevidéu"). All of them fill the "place" slot; a country's names
+# and abbreviations name it (`country_key`); a city names its country only for an answer's
+# lines (`places_in`), never for a filter.
+_COUNTRY_NAMES = keyed_word_lists("places", "countries")
+_ABBREVIATIONS = keyed_word_lists("places", "country_abbreviations")
+_CITY_NAMES = keyed_word_lists("places", "cities")
+
+
+def _by_words(named: Mapping[str, Sequence[str]]) -> dict[tuple[str, ...], str]:
+    """Each name's normalised words, to the key it names."""
+    return {tuple(normalize(name).split()): key for key, names in named.items() for name in names}
+
+
+_COUNTRY_OF = {**_by_words(_ABBREVIATIONS), **_by_words(_COUNTRY_NAMES)}
+_CITY_COUNTRY = _by_words(_CITY_NAMES)
+_PLACES = {**_COUNTRY_OF, **_CITY_COUNTRY}
 _SLOT_PHRASES: dict[tuple[str, ...], str] = {
     ("home", "office"): "work_mode",
-    ("estados", "unidos"): "place",
-    ("united", "states"): "place",
-    ("reino", "unido"): "place",
-    ("sao", "paulo"): "place",
-    ("buenos", "aires"): "place",
-    ("rio", "de", "janeiro"): "place",
-    ("cidade", "do", "mexico"): "place",
+    **{words: "place" for words in _PLACES if len(words) > 1},
     ("meio", "periodo"): "hours",
     ("tempo", "parcial"): "hours",
     ("tempo", "integral"): "hours",
@@ -73,24 +79,6 @@ _SLOT_PHRASES: dict[tuple[str, ...], str] = {
     ("pessoa", "fisica"): "audience",
 }
 _YEAR_RE = re.compile(r"^(?:19|20)\d\d$")
-# A country's name in the other languages, so that "no Uruguai" finds a page in Spanish
-# that says "Uruguay" (the full-text leg matches words, not countries).
-_PLACE_NAMES: tuple[tuple[str, ...], ...] = (
-    ("Brasil", "Brazil"),
-    ("Uruguai", "Uruguay"),
-    ("Paraguai", "Paraguay"),
-    ("Espanha", "España", "Spain"),
-    ("México", "Mexico"),
-    ("Alemanha", "Alemania", "Germany"),
-    ("França", "Francia", "France"),
-    ("Itália", "Italia", "Italy"),
-    ("Japão", "Japón", "Japan"),
-    ("Inglaterra", "England"),
-    ("Irlanda", "Ireland"),
-    ("Holanda", "Netherlands"),
-    ("Equador", "Ecuador"),
-    ("Peru", "Perú"),
-)
 
 
 def _stem(word: str) -> str:
@@ -103,7 +91,8 @@ def _stem(word: str) -> str:
 
 
 _SLOT_OF: dict[str, str] = {
-    word: slot for slot, words in _SLOT_WORDS.items() for word in normalize(words).split()
+    **{words[0]: "place" for words in _PLACES if len(words) == 1},
+    **{word: slot for slot, words in _SLOT_WORDS.items() for word in normalize(words).split()},
 }
 
 
@@ -152,9 +141,12 @@ def slot_spans(
     return sorted(spans)
 
 
+# A country's name in the other languages, so that "no Uruguai" finds a page in Spanish
+# that says "Uruguay" (the full-text leg matches words, not countries). Its abbreviations
+# are not added: "usa" is also a Spanish verb.
 _VARIANTS: dict[str, tuple[str, ...]] = {
     normalize(name): tuple(other for other in names if normalize(other) != normalize(name))
-    for names in _PLACE_NAMES
+    for names in _COUNTRY_NAMES.values()
     for name in names
 }
 
@@ -164,48 +156,20 @@ def place_variants(word: str) -> tuple[str, ...]:
     return _VARIANTS.get(word, ())
 
 
-# Cities and their countries, in a name `country_key` knows: an answer line about
-# Montevidéu is about Uruguay (`places_in`). No country filter comes from a city (_CITIES).
-_CITY_COUNTRY: dict[tuple[str, ...], str] = {
-    ("madrid",): "espana",
-    ("barcelona",): "espana",
-    ("santiago",): "chile",
-    ("lisboa",): "portugal",
-    ("lisbon",): "portugal",
-    ("bogota",): "colombia",
-    ("lima",): "peru",
-    ("londres",): "uk",
-    ("london",): "uk",
-    ("montevideu",): "uruguay",
-    ("montevideo",): "uruguay",
-    ("assuncao",): "paraguay",
-    ("asuncion",): "paraguay",
-    ("brasilia",): "brasil",
-    ("paris",): "franca",
-    ("roma",): "italia",
-    ("rome",): "italia",
-    ("berlim",): "alemanha",
-    ("berlin",): "alemanha",
-    ("sao", "paulo"): "brasil",
-    ("rio", "de", "janeiro"): "brasil",
-    ("buenos", "aires"): "argentina",
-    ("cidade", "do", "mexico"): "mexico",
-}
 _CITIES = frozenset(words[0] for words in _CITY_COUNTRY if len(words) == 1)
-_COUNTRY_PHRASES: dict[tuple[str, ...], str] = {
-    ("estados", "unidos"): "usa",
-    ("united", "states"): "usa",
-    ("reino", "unido"): "uk",
-}
+_COUNTRY_PHRASES = {words: key for words, key in _COUNTRY_OF.items() if len(words) > 1}
 
 
 def country_key(word: str) -> str | None:
-    """Return one name for a country in any of its languages ("uruguai" -> "uruguay")."""
+    """Return the key of the country one normalised word names, in any of its languages
+    ("uruguai", "uruguay": "uruguai"); None for a city or anything else."""
     if word in _CITIES or slot_of(word) != "place":
         return None
-    if word == "eua":
-        return "usa"
-    return min({word, *(normalize(v) for v in place_variants(word))})
+    return (
+        _COUNTRY_OF.get((word,))
+        or _COUNTRY_OF.get((_stem(word),))
+        or _COUNTRY_OF.get((word[:-1],) if word.endswith("s") else ())
+    )
 
 
 def country_spans(tokens: Sequence[Token]) -> list[tuple[int, int, str]]:
@@ -220,6 +184,14 @@ def country_spans(tokens: Sequence[Token]) -> list[tuple[int, int, str]]:
     return sorted(spans)
 
 
+def narrows_place(older: set[str], newer: set[str]) -> bool:
+    """Tell whether a place's newer value is a city of the older one's country ("Uruguai",
+    then "pra Montevidéu"): it narrows the place rather than replacing it. Both are a slot's
+    words, in any order."""
+    cities = {key for words, key in _CITY_COUNTRY.items() if newer.issuperset(words)}
+    return any(key in cities for words, key in _COUNTRY_OF.items() if older.issuperset(words))
+
+
 def countries_in(tokens: Sequence[Token]) -> frozenset[str]:
     """Return the countries the tokens name, by their `country_key`."""
     return frozenset(key for _first, _last, key in country_spans(tokens))
@@ -230,8 +202,7 @@ def places_in(tokens: Sequence[Token]) -> frozenset[str]:
     "uruguai"), by their `country_key`."""
     words = [t.norm for t in tokens]
     taken: set[int] = set()
-    cities = _phrase_spans(words, _CITY_COUNTRY, taken)
-    keys = {country_key(country) or country for _, _, country in cities}
+    keys = {country for _, _, country in _phrase_spans(words, _CITY_COUNTRY, taken)}
     for first, last, key in country_spans(tokens):
         if not taken & set(range(first, last + 1)):
             keys.add(key)

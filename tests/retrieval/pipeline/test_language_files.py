@@ -89,6 +89,12 @@ ITALIAN = {
     "identifier_labels": ["matricola", "numero di matricola"],
     "small_talk_words": {"thanks": ["grazie", "grazie mille"], "greeting": ["buongiorno"]},
     "request_words": ["spiegami"],
+    # Its own name of a country the other files know, a country and a city of its own.
+    "places": {
+        "countries": {"espana": ["Spagna"], "svizzera": ["Svizzera"]},
+        "cities": {"svizzera": ["Zurigo"]},
+    },
+    "filters": {"locative": ["in"]},
 }
 
 _RUN_A_TURN = """
@@ -96,8 +102,9 @@ import asyncio, json, sys
 from retrieval.pipeline.fusion import Hit
 from retrieval.pipeline.plan import TurnBackends, TurnRequest, plan_turn, turn_language
 from retrieval.pipeline.retrieve import RetrievalSettings
+from retrieval.pipeline.rewrite_rules.slots import countries_in, places_in
 from retrieval.pipeline.search import Scope
-from retrieval.pipeline.text import LANGUAGES, content_terms, stem
+from retrieval.pipeline.text import LANGUAGES, content_terms, stem, token_spans
 from retrieval.pipeline.types import HistoryMessage, LexiconView
 from tests.fakes import FakeSearcher
 
@@ -123,8 +130,11 @@ history = (HistoryMessage("user", "quanti giorni di ferie ho all'anno?"),
            HistoryMessage("assistant", "Ogni dipendente ha 26 giorni di ferie [1]."))
 follow = run("e per i collaboratori esterni?", history)
 thanks = run("grazie mille!")
+spain = run("quanti giorni di ferie ho in Spagna?")
 print(json.dumps({"languages": list(LANGUAGES), "first": first, "follow": follow,
-                  "thanks": thanks,
+                  "thanks": thanks, "spain": spain,
+                  "countries": sorted(countries_in(token_spans("ferie in Svizzera o Spagna"))),
+                  "places": sorted(places_in(token_spans("ferie a Zurigo"))),
                   "terms": content_terms("vorrei sapere delle ferie", "it"),
                   "stems": [stem("giorni", "it"), stem("giorno", "it")]}))
 """
@@ -170,6 +180,20 @@ def test_a_fourth_language_file_is_detected_masked_and_searched(tmp_path: Path) 
     thanks = result["thanks"]
     assert isinstance(thanks, dict) and thanks["kind"] == "small_talk"
     assert thanks["reply"] == "Prego! Per un'altra domanda, chieda pure." and not thanks["searched"]
+
+
+def test_a_fourth_language_file_adds_its_own_country_names(tmp_path: Path) -> None:
+    (tmp_path / "it.json").write_text(json.dumps(ITALIAN), encoding="utf-8")
+    result = _turn_in_a_fourth_language(tmp_path)
+
+    # Its name of a country the other files know is that country, named in their languages
+    # in the query and preferred by the country filter; its own country and city are known.
+    spain = result["spain"]
+    assert isinstance(spain, dict) and spain["language"] == "it"
+    assert any("Spagna (Espanha España Spain)" in q for q in spain["searched"])
+    assert {"place_names", "country"} <= set(spain["rules"])
+    assert result["countries"] == ["espana", "svizzera"]
+    assert result["places"] == ["svizzera"]
 
 
 def test_without_the_variable_the_chat_knows_its_three_languages() -> None:

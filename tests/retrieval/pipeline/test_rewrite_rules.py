@@ -168,6 +168,18 @@ def test_spanish_follow_up_replaces_the_country() -> None:
     assert "espana" not in words(query.text)
 
 
+def test_a_city_narrows_its_own_country_and_replaces_another() -> None:
+    history = (
+        "cuántos días de vacaciones tengo en Chile",
+        "En Chile las vacaciones son de 15 días hábiles.",
+    )
+    [narrowed] = texts(rewrite("y en Santiago?", *history))
+    assert {"vacaciones", "chile", "santiago"} <= words(narrowed)
+    [replaced] = texts(rewrite("y en Madrid?", *history))
+    assert {"vacaciones", "madrid"} <= words(replaced)
+    assert "chile" not in words(replaced)
+
+
 def test_english_follow_up_for_contractors() -> None:
     result = rewrite(
         "and for contractors?",
