@@ -221,7 +221,4 @@ async def rewrite_with_llm(
             policy=llm_policy(model.name),
         )
     logger.warning("rewrite with %s failed (%s); falling back to rules", model.name, reason)
-    result = fallback()
-    result.error = reason
-    result.fire("llm_fallback", FALLBACK_NOTE)
-    return result
+    return fallback().with_rule("llm_fallback", FALLBACK_NOTE, error=reason)

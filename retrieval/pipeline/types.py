@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
-from typing import Literal
+from typing import Any, Literal
 
 Role = Literal["user", "assistant"]
 QueryType = Literal["normalize", "expand", "decompose", "multi_query", "hyde", "original"]
@@ -127,9 +127,14 @@ class FiredRule:
     detail: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class RewriteResult:
-    """What a rewriter decided, with enough detail to show and audit it."""
+    """What a rewriter decided, with enough detail to show and audit it.
+
+    Frozen: each rewriter builds it once (the rules from their draft,
+    rewrite_rules.draft), and what the turn decides after it is a copy
+    (`dataclasses.replace`, `with_rule`).
+    """
 
     queries: list[SearchQuery]
     backend: str
@@ -180,12 +185,17 @@ class RewriteResult:
         # The baselines (searching the words as typed, or joined to the last turn) have no
         # versions: each is its own policy.
         if self.policy is None and self.backend in BASELINE_POLICIES:
-            self.policy = self.backend
+            object.__setattr__(self, "policy", self.backend)
 
-    def fire(self, rule: str, detail: str) -> None:
-        """Record that `rule` fired, with its detail (also the trace's note)."""
-        self.notes.append(detail)
-        self.fired.append(FiredRule(rule, detail))
+    def with_rule(self, rule: str, detail: str, **changes: Any) -> RewriteResult:
+        """This rewrite with `rule` fired after it (its detail also the trace's note) and
+        `changes` made."""
+        return replace(
+            self,
+            notes=[*self.notes, detail],
+            fired=[*self.fired, FiredRule(rule, detail)],
+            **changes,
+        )
 
     def to_dict(self) -> dict[str, object]:
         """Return a JSON-ready dict (for traces and WebSocket frames)."""

@@ -37,6 +37,7 @@ from retrieval.pipeline.rewrite_rules.cues import (
     return_rest,
     starts_clause,
 )
+from retrieval.pipeline.rewrite_rules.draft import Draft
 from retrieval.pipeline.rewrite_rules.lexicon import (
     Stats,
     correct_spelling,
@@ -150,7 +151,7 @@ class _Context:
     protected: frozenset[str]
     glossary_slots: Mapping[tuple[str, ...], str]
     mentions: Counter[str]  # in how many messages (the question's too) each word occurs
-    result: RewriteResult
+    result: Draft  # frozen into the RewriteResult at the end (_finish)
     question_terms: frozenset[str]  # the glossary terms the question itself uses
     topic: str = ""  # the words a follow-up carried, for the evidence search
     # The turn surely continues an earlier topic (a return to it, a restriction corrected).
@@ -542,7 +543,7 @@ def _make_context(inp: RewriteInput, lexicon: LexiconView) -> _Context:
     protected, glossary_slots = _glossary_words(inp.glossary)
     messages = [inp.question, *(m.text for m in inp.history)]
     mentions = Counter(w for text in messages for w in set(make_turn(text, stopwords).terms))
-    result = RewriteResult(queries=[], backend="rules")
+    result = Draft()
     question_terms = frozenset(h.term for h in find_glossary_hits(inp.question, inp.glossary))
     return _Context(
         inp,
@@ -659,7 +660,7 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
         result.no_search = True
         result.small_talk = kind
         result.fire("small_talk", f"small talk ({kind}): replied without searching")
-        return result
+        return result.build()
     text, result.corrections = correct_spelling(
         inp.question, ctx.stats, ctx.protected, ctx.stopwords
     )
@@ -737,11 +738,11 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
     return _finish(inp, result)
 
 
-def _finish(inp: RewriteInput, result: RewriteResult) -> RewriteResult:
+def _finish(inp: RewriteInput, result: Draft) -> RewriteResult:
     result.queries = result.queries[: max(0, inp.max_queries)]
     if not inp.history and not inp.earlier_messages:
         _first_turn_as_asked(inp, result)
-    return result
+    return result.build()
 
 
 def _names_instead(ctx: _Context, text: str, previous: Turn) -> str | None:
@@ -843,7 +844,7 @@ def _same_word(one: str, other: str) -> bool:
     return one == other or (min(len(one), len(other)) >= size and one[:size] == other[:size])
 
 
-def _first_turn_as_asked(inp: RewriteInput, result: RewriteResult) -> None:
+def _first_turn_as_asked(inp: RewriteInput, result: Draft) -> None:
     """A turn with nothing before it searches its words as typed, as the no-rewrite mode
     does, unless a rule that changes words fired (types.WORD_RULES): the trace names it.
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -592,3 +594,10 @@ def test_a_later_parts_pronoun_points_at_what_the_part_before_named_itself() -> 
     second = [q.text for q in result.queries if q.type == "decompose"][1]
     assert "auxílio-creche" in second, result.queries
     assert "vale-refeição" not in second, result.queries
+
+
+def test_the_rules_result_is_one_frozen_value() -> None:
+    result = rewrite("e para estagiários?", "como funciona o VR?", "O VR é pago por dia útil.")
+    assert result.fired and result.notes == [rule.detail for rule in result.fired]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.topic = "outro assunto"  # type: ignore[misc]
