@@ -1,4 +1,7 @@
-"""Slots a follow-up can fill with a new value: "e para PJ?" replaces "CLT" (pt, es, en).
+"""Slots a follow-up can fill with a new value: "e para PJ?" replaces "CLT".
+
+The values are data: each language file's "slots", "cases" and "places"
+(retrieval/pipeline/languages); an added language's file adds its own.
 
 A new value of a slot replaces the old one when a topic is carried over, so "y en Chile?"
 after "vacaciones en España" searches Chile, not España.
@@ -9,42 +12,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from retrieval.pipeline.languages import keyed_word_lists
+from retrieval.pipeline.languages import keyed_word_lists, language_mappings
 from retrieval.pipeline.text import Token, normalize
 
-_SLOT_WORDS: dict[str, str] = {
-    "audience": """
-        clt pj estagiario estagiaria estagio funcionario funcionaria empregado empregada
-        colaborador colaboradora terceirizado prestador autonomo aprendiz temporario trainee
-        gestor gerente lider diretor executivo cooperado efetivo
-        empleado empleada trabajador trabajadora becario becaria practicante pasante
-        contratista consultor jefe director ejecutivo
-        employee worker staff contractor intern internship freelancer consultant manager
-        executive apprentice temp trainee
-    """,
-    "work_mode": """
-        remoto remota presencial hibrido hibrida teletrabalho teletrabajo homeoffice
-        remote onsite on-site hybrid in-office home-office
-    """,
-    "scope": """
-        nacional internacional domestico exterior estrangeiro extranjero domestic
-        international abroad overseas
-    """,
-    "family": """
-        conjuge esposa esposo marido companheiro companheira filho filha dependente
-        enteado hijo hija pareja spouse husband wife partner child children kid
-        son daughter dependent
-    """,
-    "parent": """
-        pai mae paternidade maternidade padre madre paternidad maternidad father mother
-        paternity maternity
-    """,
-    "hours": "meio-periodo part-time full-time",
-    "month": """
-        janeiro fevereiro marco abril maio junho julho agosto setembro outubro novembro
-        dezembro enero febrero marzo mayo junio julio septiembre octubre noviembre diciembre
-        january february march april june july august september october november december
-    """,
+# The values of each slot are each language file's "slots" (retrieval/pipeline/languages):
+# words, and phrases of several words ("pessoa jurídica", "fuera del país"), normalised.
+_SLOT_VALUES = {
+    slot: tuple(normalize(value) for value in values)
+    for slot, values in keyed_word_lists("slots").items()
 }
 # Places are each language file's "places" (retrieval/pipeline/languages), by a country key
 # that every file shares: a country's names ("Uruguai", "Uruguay"), its abbreviations ("EUA",
@@ -65,18 +40,13 @@ _COUNTRY_OF = {**_by_words(_ABBREVIATIONS), **_by_words(_COUNTRY_NAMES)}
 _CITY_COUNTRY = _by_words(_CITY_NAMES)
 _PLACES = {**_COUNTRY_OF, **_CITY_COUNTRY}
 _SLOT_PHRASES: dict[tuple[str, ...], str] = {
-    ("home", "office"): "work_mode",
     **{words: "place" for words in _PLACES if len(words) > 1},
-    ("meio", "periodo"): "hours",
-    ("tempo", "parcial"): "hours",
-    ("tempo", "integral"): "hours",
-    ("medio", "tiempo"): "hours",
-    ("tiempo", "completo"): "hours",
-    ("pessoa", "juridica"): "audience",
-    ("fora", "do", "pais"): "scope",
-    ("fora", "do", "brasil"): "scope",
-    ("fuera", "del", "pais"): "scope",
-    ("pessoa", "fisica"): "audience",
+    **{
+        tuple(value.split()): slot
+        for slot, values in _SLOT_VALUES.items()
+        for value in values
+        if " " in value
+    },
 }
 _YEAR_RE = re.compile(r"^(?:19|20)\d\d$")
 
@@ -92,7 +62,9 @@ def _stem(word: str) -> str:
 
 _SLOT_OF: dict[str, str] = {
     **{words[0]: "place" for words in _PLACES if len(words) == 1},
-    **{word: slot for slot, words in _SLOT_WORDS.items() for word in normalize(words).split()},
+    **{
+        value: slot for slot, values in _SLOT_VALUES.items() for value in values if " " not in value
+    },
 }
 
 
@@ -211,22 +183,15 @@ def places_in(tokens: Sequence[Token]) -> frozenset[str]:
 
 # One name per case, in any language, for the slots an answer line can be about another
 # case of: a line on "maternidad" does not answer "paternidade", one on "paternidad" does.
-# Plurals are listed: "países" and "pais" ("pai") are one word once accents are gone.
+# Each language file's "cases" (slot: case: words); plurals are listed: "países" and "pais"
+# ("pai") are one word once accents are gone.
 _CASES: dict[str, dict[str, str]] = {
-    "parent": {
-        **dict.fromkeys("pai paternidade padre paternidad father paternity".split(), "father"),
-        **dict.fromkeys("mae maternidade madre maternidad mother maternity".split(), "mother"),
-    },
-    "scope": {
-        **dict.fromkeys(
-            "nacional nacionais nacionales domestico domesticos domestic".split(), "home"
-        ),
-        **dict.fromkeys(
-            """internacional internacionais internacionales exterior estrangeiro extranjero
-            international abroad overseas""".split(),
-            "abroad",
-        ),
-    },
+    slot: {
+        normalize(word): case
+        for case, words in keyed_word_lists("cases", slot).items()
+        for word in words
+    }
+    for slot in dict.fromkeys(key for found in language_mappings("cases") for key in found)
 }
 # The scope's phrases all say abroad ("fora do país", "fuera del país").
 _CASE_PHRASES = {phrase: "abroad" for phrase, slot in _SLOT_PHRASES.items() if slot == "scope"}

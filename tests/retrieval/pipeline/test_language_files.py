@@ -95,6 +95,7 @@ ITALIAN = {
         "cities": {"svizzera": ["Zurigo"]},
     },
     "filters": {"locative": ["in"]},
+    "slots": {"audience": ["dipendente", "dipendenti"]},
 }
 
 _RUN_A_TURN = """
@@ -102,7 +103,7 @@ import asyncio, json, sys
 from retrieval.pipeline.fusion import Hit
 from retrieval.pipeline.plan import TurnBackends, TurnRequest, plan_turn, turn_language
 from retrieval.pipeline.retrieve import RetrievalSettings
-from retrieval.pipeline.rewrite_rules.slots import countries_in, places_in
+from retrieval.pipeline.rewrite_rules.slots import countries_in, places_in, slot_of
 from retrieval.pipeline.search import Scope
 from retrieval.pipeline.text import LANGUAGES, content_terms, stem, token_spans
 from retrieval.pipeline.types import HistoryMessage, LexiconView
@@ -135,6 +136,7 @@ print(json.dumps({"languages": list(LANGUAGES), "first": first, "follow": follow
                   "thanks": thanks, "spain": spain,
                   "countries": sorted(countries_in(token_spans("ferie in Svizzera o Spagna"))),
                   "places": sorted(places_in(token_spans("ferie a Zurigo"))),
+                  "slot": slot_of("dipendenti"),
                   "terms": content_terms("vorrei sapere delle ferie", "it"),
                   "stems": [stem("giorni", "it"), stem("giorno", "it")]}))
 """
@@ -182,7 +184,7 @@ def test_a_fourth_language_file_is_detected_masked_and_searched(tmp_path: Path) 
     assert thanks["reply"] == "Prego! Per un'altra domanda, chieda pure." and not thanks["searched"]
 
 
-def test_a_fourth_language_file_adds_its_own_country_names(tmp_path: Path) -> None:
+def test_a_fourth_language_file_adds_its_own_places_and_slot_values(tmp_path: Path) -> None:
     (tmp_path / "it.json").write_text(json.dumps(ITALIAN), encoding="utf-8")
     result = _turn_in_a_fourth_language(tmp_path)
 
@@ -194,6 +196,8 @@ def test_a_fourth_language_file_adds_its_own_country_names(tmp_path: Path) -> No
     assert {"place_names", "country"} <= set(spain["rules"])
     assert result["countries"] == ["espana", "svizzera"]
     assert result["places"] == ["svizzera"]
+    # A value of its own for a slot that a follow-up may replace ("e per i dipendenti?").
+    assert result["slot"] == "audience"
 
 
 def test_without_the_variable_the_chat_knows_its_three_languages() -> None:
