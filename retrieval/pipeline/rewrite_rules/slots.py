@@ -157,8 +157,8 @@ def country_spans(tokens: Sequence[Token]) -> list[tuple[int, int, str]]:
 
 
 def narrows_place(older: set[str], newer: set[str]) -> bool:
-    """Tell whether a place's newer value is a city of the older one's country ("Uruguai",
-    then "pra Montevidéu"): it narrows the place rather than replacing it. Both are a slot's
+    """Tell whether a place's newer value is a city of the older one's country ("Chile",
+    then "y en Santiago?"): it narrows the place rather than replacing it. Both are a slot's
     words, in any order."""
     cities = {key for words, key in _CITY_COUNTRY.items() if newer.issuperset(words)}
     return any(key in cities for words, key in _COUNTRY_OF.items() if older.issuperset(words))
