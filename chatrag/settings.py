@@ -349,6 +349,26 @@ CHATRAG_INGEST_PART_FILES = env_int("CHATRAG_INGEST_PART_FILES", 32, minimum=1)
 # of full length take about 2-3 minutes on one core with the local engine.
 CHATRAG_INGEST_FILE_SECONDS = env_float("CHATRAG_INGEST_FILE_SECONDS", 300.0, minimum=0.0)
 CHATRAG_EMBEDDING_TIMEOUT = env_float("CHATRAG_EMBEDDING_TIMEOUT", 30.0, minimum=0.1)
+# Celery's time limits on one ingestion task (a job, or one part of a split job; issue 38).
+# Past the soft limit the task stops itself and its job fails with that reason; the hard one
+# kills a task the soft one could not interrupt (a call stuck in C code), and the worker
+# fails its job. Neither is queued again. 0: no limit. A part holds CHATRAG_INGEST_PART_FILES
+# files; a re-index of selected documents is one task, however many.
+CHATRAG_INGEST_JOB_SECONDS = env_float("CHATRAG_INGEST_JOB_SECONDS", 3600.0, minimum=0.0)
+CHATRAG_INGEST_JOB_HARD_SECONDS = env_float(
+    "CHATRAG_INGEST_JOB_HARD_SECONDS",
+    CHATRAG_INGEST_JOB_SECONDS + 300.0 if CHATRAG_INGEST_JOB_SECONDS else 0.0,
+    minimum=0.0,
+)
+if (
+    CHATRAG_INGEST_JOB_SECONDS
+    and CHATRAG_INGEST_JOB_HARD_SECONDS
+    and CHATRAG_INGEST_JOB_HARD_SECONDS <= CHATRAG_INGEST_JOB_SECONDS
+):
+    raise ImproperlyConfigured(
+        "CHATRAG_INGEST_JOB_HARD_SECONDS must be longer than CHATRAG_INGEST_JOB_SECONDS (the "
+        "soft limit), or 0 for none: the hard limit kills what the soft one could not stop"
+    )
 
 # Chat model: empty = no model server (rule rewrite + extractive answers).
 CHATRAG_LLM_BACKEND = env_str("CHATRAG_LLM_BACKEND")  # e.g. retrieval.pipeline.llm.OllamaChat

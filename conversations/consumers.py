@@ -57,6 +57,7 @@ from conversations.frames import (
     parse_frame,
 )
 from conversations.models import Conversation, Message
+from conversations.past import NO_LONGER_AVAILABLE, answers_unreadable
 from conversations.selectors import SessionSeen, conversation_get, session_unchanged
 from conversations.services import conversation_create, message_store_user
 from conversations.turn import in_db_thread, start_turn
@@ -179,6 +180,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.user = user
         self.groups_joined = set()
         self.snapshot_ends: dict[int, int] = {}  # answer id -> length of the text sent
+        # Answers resynced as "no longer available" (`_live_snapshots`): their relayed
+        # frames must not send what the snapshot withheld.
+        self.answers_hidden: set[int] = set()
         self.turns_checked: set[int] = set()  # turns of other sockets relayed after a check
         self.stops_unconfirmed: dict[int, asyncio.Task[None]] = {}  # by user message id
         self.refused_until: dict[str, float] = {}  # by allowance, see REFUSED_HOLD_S
@@ -345,7 +349,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if conversation is None:
             return
         await self._join(conversation.id)
-        for snapshot in await _live_snapshots(conversation.id):
+        snapshots, hidden = await _live_snapshots(user=self.user, conversation_id=conversation.id)
+        self.answers_hidden |= hidden
+        for snapshot in snapshots:
             # Deltas already in the snapshot may still be on their way: they are skipped.
             self.snapshot_ends[snapshot["message_id"]] = len(snapshot["text"])
             await self._send(snapshot)
@@ -453,9 +459,6 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if waiting is not None:
             waiting.cancel()
 
-    async def turn_event(self, event: dict[str, Any]) -> None:
-        await self._send(event["event"])
-
     async def turn_events(self, event: dict[str, Any]) -> None:
         if event.get("origin") == self.channel_name:
             return  # this socket's own turn: already sent directly
@@ -468,7 +471,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 await self._end_session()
             self.turns_checked |= turns_new
         for item in event["events"]:
-            seen = self.snapshot_ends.get(item.get("message_id", 0), 0)
+            answer_id = item.get("message_id", 0)
+            if answer_id in self.answers_hidden:
+                if item["type"] != "done":
+                    continue  # its pieces and sources: the snapshot withheld them
+                item = {**item, "text": str(NO_LONGER_AVAILABLE)}
+            seen = self.snapshot_ends.get(answer_id, 0)
             if item["type"] == "delta" and item["offset"] + len(item["delta"]) <= seen:
                 continue
             await self._send(item)
@@ -491,20 +499,36 @@ def _turn_unanswered(message_id: int) -> bool:
 
 
 @database_sync_to_async
-def _live_snapshots(conversation_id: int) -> list[dict[str, Any]]:
-    """Answers still being written in this conversation, with their text so far."""
-    snapshots = []
-    streaming = Message.objects.filter(
-        conversation_id=conversation_id,
-        role=Message.Role.ASSISTANT,
-        status=Message.Status.STREAMING,
+def _live_snapshots(*, user: Any, conversation_id: int) -> tuple[list[dict[str, Any]], set[int]]:
+    """Answers still being written in this conversation, with their text so far, as a reload
+    of the page shows them; and the ids of those shown as no longer available.
+
+    The page's rule (`conversations.past`, issue 38 finding 12): an answer from a document
+    the owner may no longer read is the note, without its text or sources. A resync follows
+    it (it sent the text so far and the source cards whatever the owner may read now).
+    """
+    messages = list(
+        Message.objects.filter(conversation_id=conversation_id).order_by("created_at", "id")
     )
+    streaming = [
+        m
+        for m in messages
+        if m.role == Message.Role.ASSISTANT and m.status == Message.Status.STREAMING
+    ]
+    if not streaming:
+        return [], set()
     for answer in streaming:
         running = live.LIVE.get(answer.reply_to_id or 0)
-        text = running.text if running is not None else answer.text
-        snapshots.append(
-            frames.snapshot(
-                answer_id=answer.id, reply_to=answer.reply_to_id, text=text, sources=answer.sources
-            )
+        if running is not None:  # this process writes it: the text so far, not the last save
+            answer.text = running.text
+    hidden = set(answers_unreadable(user=user, messages=messages))
+    snapshots = [
+        frames.snapshot(
+            answer_id=answer.id,
+            reply_to=answer.reply_to_id,
+            text=str(NO_LONGER_AVAILABLE) if answer.id in hidden else answer.text,
+            sources=[] if answer.id in hidden else answer.sources,
         )
-    return snapshots
+        for answer in streaming
+    ]
+    return snapshots, hidden & {a.id for a in streaming}

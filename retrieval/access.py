@@ -129,6 +129,25 @@ def document_access(
     )
 
 
+def titles_unreadable(
+    *, user: User | AnonymousUser, collection: Collection, titles: Iterable[str]
+) -> frozenset[str]:
+    """Those of `titles` that only documents of this collection the user may not read have.
+
+    For titles met as text, not as a document (a clarification's options, which the trace
+    keeps whole whether or not their pages are among its stored hits). A title that a
+    document the user may read also has stays readable: replacing it would tell that a
+    restricted document is titled so too.
+    """
+    wanted = {t.strip() for t in titles if t and t.strip()}
+    reader = reader_for(user)
+    if not wanted or (reader is not None and reader.everything):
+        return frozenset()
+    same = Document.objects.filter(collection=collection, title__in=wanted)
+    readable = set(documents_readable_by(reader, same).values_list("title", flat=True))
+    return frozenset(set(same.values_list("title", flat=True)) - readable)
+
+
 def external_ids_unreadable(
     *,
     user: User | AnonymousUser,

@@ -225,10 +225,11 @@ def database_url(settings_dict: dict[str, Any]) -> str:
 
 
 def start_celery_worker(
-    env: dict[str, str], log: Path, cwd: Path, queue: str | None = None
+    env: dict[str, str], log: Path, cwd: Path, queue: str | None = None, *, pool: str = "solo"
 ) -> subprocess.Popen[bytes]:
-    """A real Celery worker (one process: the task runs in the pid returned), logging to `log`."""
-    command = [sys.executable, "-m", "celery", "-A", "chatrag", "worker", "--pool", "solo"]
+    """A real Celery worker, logging to `log`. With the solo pool the task runs in the pid
+    returned; with prefork (which alone enforces time limits) in one pool child of it."""
+    command = [sys.executable, "-m", "celery", "-A", "chatrag", "worker", "--pool", pool]
     command += ["--concurrency", "1", "--loglevel", "INFO", "--logfile", str(log)]
     command += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
     if queue:

@@ -407,3 +407,28 @@ def test_production_counts_limits_in_redis_or_a_declared_single_process(
     done = _probe({**PRODUCTION, **extra}, code)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == backend
+
+
+JOB_LIMITS_PROBE = (
+    "import django; django.setup(); "
+    "from retrieval.ingestion.jobs import ingest_job, ingest_job_part; "
+    "print([(t.soft_time_limit, t.time_limit, t.acks_late, t.acks_on_timeout, "
+    "t.reject_on_worker_lost) for t in (ingest_job, ingest_job_part)])"
+)
+
+
+def test_the_ingestion_tasks_have_the_time_limits_set_and_are_never_redelivered() -> None:
+    both = "[(3600.0, 3900.0, True, True, False), (3600.0, 3900.0, True, True, False)]"
+    assert _probe({}, JOB_LIMITS_PROBE).stdout.strip() == both
+    limits = {"CHATRAG_INGEST_JOB_SECONDS": "60", "CHATRAG_INGEST_JOB_HARD_SECONDS": "90"}
+    assert _probe(limits, JOB_LIMITS_PROBE).stdout.strip().startswith("[(60.0, 90.0, ")
+    none = {"CHATRAG_INGEST_JOB_SECONDS": "0"}
+    assert _probe(none, JOB_LIMITS_PROBE).stdout.strip().startswith("[(None, None, ")
+
+
+def test_a_hard_ingestion_limit_not_above_the_soft_one_stops_start_up() -> None:
+    done = _probe({"CHATRAG_INGEST_JOB_SECONDS": "60", "CHATRAG_INGEST_JOB_HARD_SECONDS": "60"})
+    assert done.returncode != 0
+    assert "CHATRAG_INGEST_JOB_HARD_SECONDS must be longer than CHATRAG_INGEST_JOB_SECONDS" in (
+        done.stderr
+    )

@@ -18,6 +18,17 @@
   and one report (the parts' added up); each running part has its own worker and heartbeat,
   and the sweep judges each: one dead part fails the whole job and queues it again (or not,
   when it died reading a file) exactly as above, and the job's other parts stop.
+- Each task (a job, or a part) has Celery's time limits (CHATRAG_INGEST_JOB_SECONDS, soft;
+  CHATRAG_INGEST_JOB_HARD_SECONDS, hard). Past the soft one the task stops itself and fails
+  its job with that reason; a task that cannot be interrupted (stuck in C code) is killed at
+  the hard one, and the worker's main process fails its job. Neither is queued again: the
+  same job would only run out of time again.
+- A pool process killed mid-job (out of memory, a signal) is judged by the worker's main
+  process at once, as the sweep would (queued again up to MAX_ATTEMPTS), not only when a
+  worker next starts or a job is next queued (`ingestion_job_lost`).
+- The broker never delivers a job's task again by itself: a killed or timed-out task's
+  message is acknowledged (`reject_on_worker_lost=False`, `acks_on_timeout=True`), and the
+  job's own record decides whether it runs again.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from celery import shared_task
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -113,6 +125,17 @@ def _final(carried: dict[str, Any], report: dict[str, Any]) -> tuple[str, dict[s
     return IngestionJob.Status.DONE, report
 
 
+def _failure(exc: BaseException) -> str:
+    """Why a task failed, as its job's report says it."""
+    if isinstance(exc, SoftTimeLimitExceeded):
+        return (
+            f"the job ran past its time limit ({settings.CHATRAG_INGEST_JOB_SECONDS:g} s, "
+            "CHATRAG_INGEST_JOB_SECONDS) and was stopped; not queued again: the documents "
+            "stored before are complete; split the upload, or raise the limit"
+        )
+    return f"{exc.__class__.__name__}: {exc}"[:1000]
+
+
 def ingestion_job_run(*, job_id: str) -> IngestionJob:
     """Parse, embed and store the job's files; a failing file is reported, not fatal.
 
@@ -165,7 +188,7 @@ def ingestion_job_run(*, job_id: str) -> IngestionJob:
     except Exception as exc:  # the job records why it failed; the worker keeps running
         logger.exception("ingestion job %s failed", job.pk)
         job.refresh_from_db()
-        job.report = {**carried, "error": f"{exc.__class__.__name__}: {exc}"[:1000]}
+        job.report = {**carried, "error": _failure(exc)}
         job.status = IngestionJob.Status.FAILED
     job.finished_at = timezone.now()
     job.save(update_fields=["report", "status", "finished_at"])
@@ -319,7 +342,7 @@ def ingestion_job_part_run(*, job_id: str, index: int, files: Sequence[Sequence[
             raise
         except Exception as exc:  # recorded on the job; the other parts go on
             logger.exception("ingestion job %s part %s failed", job_id, index)
-            outcome = {"status": "failed", "error": f"{exc.__class__.__name__}: {exc}"[:1000]}
+            outcome = {"status": "failed", "error": _failure(exc)}
         _part_finish(job_id, index, outcome, files=len(files))
     except _JobStopped as stopped:
         logger.warning("ingestion job %s is %s: part %s stopped", job_id, stopped, index)
@@ -425,39 +448,90 @@ def ingestion_jobs_sweep_stale(*, now: datetime | None = None) -> list[Ingestion
         if stale is None:
             continue
         reason, reading = stale
-        attempt = int(job.report.get("attempt", 1))
-        with transaction.atomic():
-            report = {k: v for k, v in job.report.items() if k != "worker"}
-            retry = None
-            if reading:
-                name = Path(reading).name
-                then = f"it was reading {name}, which is likely the cause: not queued again"
-                report["failed_on"] = name
-            elif attempt < MAX_ATTEMPTS:
-                retry = IngestionJob.objects.create(
-                    collection_id=job.collection_id,
-                    created_by_id=job.created_by_id,
-                    paths=job.paths,
-                    groups=job.groups,
-                    document_ids=job.document_ids,
-                    report={"retry_of": str(job.id), "attempt": attempt + 1},
-                )
-                report["retried_as"] = str(retry.id)
-                then = f"queued again as job {retry.id}"
-            else:
-                then = f"not queued again after {attempt} attempts"
-            report["error"] = f"the worker stopped during this job ({reason}); {then}"
-            marked = IngestionJob.objects.filter(
-                pk=job.pk, status=IngestionJob.Status.RUNNING
-            ).update(status=IngestionJob.Status.FAILED, report=report, finished_at=now)
-            if not marked:  # finished or swept meanwhile
-                transaction.set_rollback(True)
-                continue
-            logger.warning("ingestion job %s: %s", job.pk, report["error"])
-            if retry is not None:
-                transaction.on_commit(partial(_enqueue, str(retry.id)))
-                retries.append(retry)
+        retry = _job_fail_stopped(job, reason=reason, reading=reading, now=now)
+        if retry is not None:
+            retries.append(retry)
     return retries
+
+
+def ingestion_job_lost(*, job_id: str, exception: BaseException) -> IngestionJob | None:
+    """Fail a running job whose task the worker lost: killed at its hard time limit (not
+    queued again), or its pool process died (queued again as the sweep would); return the
+    retry, if any. Called by the worker's main process (`retrieval.tasks`)."""
+    from celery.exceptions import TimeLimitExceeded
+
+    job = IngestionJob.objects.filter(pk=job_id, status=IngestionJob.Status.RUNNING).first()
+    if job is None:  # finished, or judged already
+        return None
+    now = timezone.now()
+    if isinstance(exception, TimeLimitExceeded):
+        error = (
+            f"the job ran past its hard time limit "
+            f"({settings.CHATRAG_INGEST_JOB_HARD_SECONDS:g} s, CHATRAG_INGEST_JOB_HARD_SECONDS) "
+            "and its process was killed; not queued again: split the upload, or raise the limit"
+        )
+        return _job_fail_stopped(job, reason="", reading=None, now=now, error=error)
+    reading = _job_reading(job)
+    # billiard's text ends with its own job index ("... (SIGKILL) Job: 0."): not ours.
+    reason = f"its process was lost: {str(exception).split(' Job:')[0].rstrip('.')}"
+    return _job_fail_stopped(job, reason=reason, reading=reading, now=now)
+
+
+def _job_reading(job: IngestionJob) -> str | None:
+    """The file a running job (or one of its running parts) was reading, if any."""
+    report = job.report if isinstance(job.report, dict) else {}
+    parts = report.get("parts")
+    workers = (
+        [p.get("worker") for p in parts if p.get("status") == "running"]
+        if isinstance(parts, list)
+        else [report.get("worker")]
+    )
+    for worker in workers:
+        if isinstance(worker, dict) and worker.get("reading"):
+            return str(worker["reading"])
+    return None
+
+
+def _job_fail_stopped(
+    job: IngestionJob, *, reason: str, reading: str | None, now: datetime, error: str = ""
+) -> IngestionJob | None:
+    """Mark a running job whose worker stopped as failed, with why and what happens next;
+    queue it again as a new job (returned) below MAX_ATTEMPTS, unless it died reading a file
+    or `error` (a final reason of its own) is given."""
+    attempt = int(job.report.get("attempt", 1))
+    with transaction.atomic():
+        report = {k: v for k, v in job.report.items() if k != "worker"}
+        retry = None
+        if error:
+            then = ""
+        elif reading:
+            name = Path(reading).name
+            then = f"it was reading {name}, which is likely the cause: not queued again"
+            report["failed_on"] = name
+        elif attempt < MAX_ATTEMPTS:
+            retry = IngestionJob.objects.create(
+                collection_id=job.collection_id,
+                created_by_id=job.created_by_id,
+                paths=job.paths,
+                groups=job.groups,
+                document_ids=job.document_ids,
+                report={"retry_of": str(job.id), "attempt": attempt + 1},
+            )
+            report["retried_as"] = str(retry.id)
+            then = f"queued again as job {retry.id}"
+        else:
+            then = f"not queued again after {attempt} attempts"
+        report["error"] = error or f"the worker stopped during this job ({reason}); {then}"
+        marked = IngestionJob.objects.filter(pk=job.pk, status=IngestionJob.Status.RUNNING).update(
+            status=IngestionJob.Status.FAILED, report=report, finished_at=now
+        )
+        if not marked:  # finished or judged meanwhile
+            transaction.set_rollback(True)
+            return None
+        logger.warning("ingestion job %s: %s", job.pk, report["error"])
+        if retry is not None:
+            transaction.on_commit(partial(_enqueue, str(retry.id)))
+    return retry
 
 
 def _reindex_sources(
@@ -485,6 +559,8 @@ def _reindex_sources(
         except ParseError as exc:
             items.append(FileOutcome(document.external_id, "error", error=str(exc)))
             continue
+        except SoftTimeLimitExceeded:  # the task's time is up, not this file's fault
+            raise
         except Exception as exc:  # a parser choking on one file must not stop the rest
             error = f"unreadable ({exc.__class__.__name__})"
             items.append(FileOutcome(document.external_id, "error", error=error))
@@ -496,13 +572,25 @@ def _reindex_sources(
 
 # The Celery tasks live beside the jobs they queue and run, so that queueing one imports
 # nothing back (`retrieval.tasks` imports this module for the worker: no import circle).
-@shared_task(name="retrieval.ingest_job", acks_late=True)
+# Celery's limits, read when the worker imports this module (None: no limit); a killed or
+# timed-out task's message is acknowledged, never delivered again by the broker.
+_TASK_OPTIONS: dict[str, Any] = {
+    "acks_late": True,
+    "acks_on_timeout": True,
+    "reject_on_worker_lost": False,
+    "soft_time_limit": settings.CHATRAG_INGEST_JOB_SECONDS or None,
+    "time_limit": settings.CHATRAG_INGEST_JOB_HARD_SECONDS or None,
+}
+INGEST_TASKS = ("retrieval.ingest_job", "retrieval.ingest_job_part")
+
+
+@shared_task(name="retrieval.ingest_job", **_TASK_OPTIONS)
 def ingest_job(job_id: str) -> None:
     """Run an ingestion job (uploaded files or server paths), recording progress on the job."""
     ingestion_job_run(job_id=job_id)
 
 
-@shared_task(name="retrieval.ingest_job_part", acks_late=True)
+@shared_task(name="retrieval.ingest_job_part", **_TASK_OPTIONS)
 def ingest_job_part(job_id: str, index: int, files: list[list[str]]) -> None:
     """Run one part of a split ingestion job: these (file, root) pairs."""
     ingestion_job_part_run(job_id=job_id, index=index, files=files)

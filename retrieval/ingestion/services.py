@@ -25,6 +25,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import IntegrityError, connection, transaction
@@ -596,6 +597,8 @@ def sources_from_files(
             continue
         try:
             items.append(_source(parsed, path, root=root))
+        except SoftTimeLimitExceeded:  # the task's time is up (jobs.py), not this file's fault
+            raise
         except Exception as exc:  # odd metadata must not stop the rest
             error = f"unreadable ({exc.__class__.__name__})"
             items.append(FileOutcome(str(path), "error", error=error))

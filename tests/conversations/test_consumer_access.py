@@ -237,3 +237,100 @@ def _cookie_then_logout(user: Any) -> str:
     key = client.cookies["sessionid"].value
     client.post("/logout/")
     return key
+
+
+# --- a socket that resyncs a streaming answer (issue 38) ----------------------------------------
+
+RESTRICTED_TITLE = "Faixas salariais 2026"
+RESTRICTED_PARTIAL = "A faixa do Analista III vai de R$ 9.800"
+
+
+@database_sync_to_async
+def _ritas_restricted_answer(rita: Any) -> Owned:
+    """Rita's answer from the restricted salary table, still being written."""
+    from django.contrib.auth.models import Group
+
+    from retrieval.models import Document
+    from retrieval.services import default_collection
+    from tests.conftest import RESTRICTED
+
+    salary = Document.objects.create(
+        collection=default_collection(),
+        external_id="pt/faixas-salariais-2026",
+        title=RESTRICTED_TITLE,
+        checksum="s",
+    )
+    salary.groups.add(Group.objects.get(name=RESTRICTED))
+    conversation = Conversation.objects.create(owner=rita, title="Faixas")
+    question = Message.objects.create(
+        conversation=conversation, role="user", text="qual a faixa do nível 3?", status="complete"
+    )
+    answer = Message.objects.create(
+        conversation=conversation,
+        role="assistant",
+        text=RESTRICTED_PARTIAL,
+        status=Message.Status.STREAMING,
+        reply_to=question,
+        sources=[{"n": 1, "document_id": salary.pk, "title": RESTRICTED_TITLE}],
+    )
+    return Owned(conversation.id, question.id, answer.id)
+
+
+@pytest.mark.parametrize("member", [True, False])
+async def test_a_resync_shows_a_streaming_answer_only_as_a_reload_would(
+    personas: dict[str, Any], member: bool
+) -> None:
+    """A socket opening a conversation is sent the answers still being written (`snapshot`)
+    and then their frames relayed from the socket that asked. The page hides an answer from a
+    document its owner may no longer read (finding 12); the snapshot sent it whole, with its
+    source card, and the relayed frames went on with the rest. Now both follow the page."""
+    from channels.layers import get_channel_layer
+
+    from conversations.consumers import group_name
+    from conversations.past import NO_LONGER_AVAILABLE
+
+    rita = personas["rita"]
+    owned = await _ritas_restricted_answer(rita)
+    if not member:  # she left the group while the answer was being written
+        await database_sync_to_async(rita.groups.clear)()
+    socket = await ws_connected(rita)
+    await socket.send_json_to({"type": "open", "conversation": owned.conversation})
+    snapshot = await socket.receive_json_from(timeout=WS_WAIT_S)
+    await ws_pong(socket)
+    # The rest of the turn, relayed from the process and socket that run it.
+    rest = " a R$ 13.200 [1]."
+    events = [
+        {
+            "type": "delta",
+            "message_id": owned.answer,
+            "offset": len(RESTRICTED_PARTIAL),
+            "delta": rest,
+        },
+        {
+            "type": "done",
+            "message_id": owned.answer,
+            "reply_to": owned.question,
+            "status": "complete",
+            "text": RESTRICTED_PARTIAL + rest,
+            "extractive": False,
+            "timings_ms": {},
+        },
+    ]
+    await get_channel_layer().group_send(
+        group_name(owned.conversation), {"type": "turn.events", "events": events, "origin": "x"}
+    )
+    relayed = await ws_until(socket, "done")
+    await socket.disconnect()
+
+    assert snapshot["type"] == "snapshot" and snapshot["message_id"] == owned.answer
+    if member:
+        assert snapshot["text"] == RESTRICTED_PARTIAL
+        assert [s["title"] for s in snapshot["sources"]] == [RESTRICTED_TITLE]
+        assert relayed == events
+        return
+    assert (snapshot["text"], snapshot["sources"]) == (str(NO_LONGER_AVAILABLE), [])
+    assert [f["type"] for f in relayed] == ["done"]
+    assert relayed[0]["text"] == str(NO_LONGER_AVAILABLE)
+    leaked = json.dumps([snapshot, *relayed], ensure_ascii=False)
+    for secret in (RESTRICTED_PARTIAL, RESTRICTED_TITLE, "13.200"):
+        assert secret not in leaked

@@ -7,7 +7,8 @@ source card, and any answer written from it, only if they may read the document 
 - a hit or a source of a document the viewer may not read shows "[restricted document]";
 - an answer is hidden ("[restricted passage]") when one of the passages it was written from
   is unreadable (a model reads every passage it is given, cited or not), or when it names an
-  unreadable document's title (a clarification offers titles as options);
+  unreadable document's title (a clarification offers titles as options, and the trace may
+  keep an option's page past its stored hits: an option is checked by its title too);
 - free text that the pipeline derived from hits (clarification question and options, notes,
   queries) has those titles replaced, and the id of any document of the collection the
   viewer may not read (the search evidence's notes name documents by id, also ones that are
@@ -42,6 +43,7 @@ from retrieval.access import (
     document_access,
     external_ids_unreadable,
     replace_folded,
+    titles_unreadable,
 )
 from retrieval.services import default_collection
 
@@ -59,6 +61,11 @@ def _sources(answer: Message | None) -> list[dict[str, Any]]:
 
 def _hits(trace: TurnTrace | None) -> tuple[TraceHit, ...]:
     return read_trace(trace).search.hits if trace is not None else ()
+
+
+def _options(trace: TurnTrace | None) -> tuple[str, ...]:
+    clarification = read_trace(trace).rewrite.clarification if trace is not None else None
+    return clarification.options if clarification is not None else ()
 
 
 class TurnRedactor:
@@ -85,6 +92,12 @@ class TurnRedactor:
         self.titles: set[str] = set()
         for question in questions:
             self.titles |= self._unreadable_titles(question, answer_of.get(question.id))
+        # A clarification's options are titles whose pages may lie past the stored hits.
+        self.titles |= titles_unreadable(
+            user=viewer,
+            collection=default_collection(),
+            titles=[o for q in questions for o in _options(_trace_of(q))],
+        )
         # The first hidden answer: assistant text in later windows may repeat it.
         self._hidden_from: int | None = None
         # The first question whose turn's derived text may repeat a restricted document's

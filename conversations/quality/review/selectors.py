@@ -27,7 +27,9 @@ from django.db.models.functions import Cast
 
 from conversations.models import Conversation, Feedback, Message, TurnTrace
 from conversations.quality.review.candidates import glossary_candidates, vocabulary_words
+from conversations.quality.review.restricted import redactors_by_conversation
 from conversations.trace import STRONG_PATH, read_trace
+from retrieval.access import RESTRICTED_DOCUMENT
 from retrieval.models import Document, GlossaryEntry
 from retrieval.services import default_collection, scope_for_user, vocabulary_df
 
@@ -119,10 +121,21 @@ def glossary_candidates_for(traces: Sequence[TurnTrace], *, viewer: User) -> dic
     """Candidate glossary terms per trace, with one vocabulary query for all of them.
 
     Counted over what the viewing staff member may read: whether a word is offered must not
-    tell them that it appears in a document they cannot open.
+    tell them that it appears in a document they cannot open. Taken from the question as
+    they see it: a clicked option that is a title they may not read is the placeholder on
+    the page, and offering its words would spell it out (issue 38, finding 3).
     """
     collection = default_collection()
-    questions = {t.id: t.masked_question for t in traces if t.masked_question}
+    redactors = redactors_by_conversation(
+        viewer=viewer, conversation_ids={t.message.conversation_id for t in traces}
+    )
+    hidden = str(RESTRICTED_DOCUMENT)
+    questions = {}
+    for trace in traces:
+        redactor = redactors.get(trace.message.conversation_id)
+        shown = redactor.scrub(trace.masked_question) if redactor else trace.masked_question
+        if shown.replace(hidden, " ").strip():
+            questions[trace.id] = shown.replace(hidden, " ")
     words: set[str] = set()
     for question in questions.values():
         words |= vocabulary_words(question)

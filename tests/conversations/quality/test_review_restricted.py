@@ -805,3 +805,74 @@ def test_the_evaluation_case_search_never_matches_a_title_the_viewer_sees_as_a_p
         assert found(vera, q) == [], q
         assert found(helena, q) == [case.pk], q
     assert found(vera, "") == [case.pk]  # listed, with the placeholder
+
+
+@pytest.mark.parametrize("name", ["conversation", "turntrace"])
+def test_a_restricted_title_offered_as_an_option_beyond_the_stored_hits_is_hidden(
+    personas: dict[str, User], documents: dict[str, Document], vera: User, helena: User, name: str
+) -> None:
+    """A clarification offers the best pages' titles; the trace keeps only the best
+    TRACE_HITS passages, and a page with many passages can push another page's title out of
+    them. The placeholders knew restricted titles only from the stored hits and sources, so
+    such an option, the clarification's text naming it, and Rita's click on it were shown to
+    Vera whole, and `?q=` found them."""
+    conversation = conversation_create(user=personas["rita"])
+    clarify = _turn(
+        conversation,
+        "e a tabela?",
+        hits=[(PUBLIC_ID, PUBLIC_TITLE)],  # the restricted page is past the stored hits
+        answer=f"Você quer saber de {SALARY_TITLE} ou de {PUBLIC_TITLE}?",
+        sources=[],
+        rewrite={
+            "needs_clarification": True,
+            "clarification": {
+                "question": f"{SALARY_TITLE} ou {PUBLIC_TITLE}?",
+                "options": [SALARY_TITLE, PUBLIC_TITLE],
+            },
+        },
+        status=Message.Status.CLARIFY,
+    )
+    clicked = _turn(
+        conversation, SALARY_TITLE, hits=[(PUBLIC_ID, PUBLIC_TITLE)], answer="?", sources=[]
+    )
+    pages = [
+        reverse("admin:conversations_conversation_change", args=[conversation.pk]),
+        reverse("admin:conversations_turntrace_change", args=[clarify.pk]),
+        reverse("admin:conversations_turntrace_change", args=[clicked.pk]),
+    ]
+    for url in pages:
+        html = _get(vera, url)
+        assert SALARY_TITLE not in html, url
+        assert "salariais" not in html.casefold(), url
+        assert PUBLIC_TITLE in html or url.endswith(f"/{clicked.pk}/change/"), url
+        assert SALARY_TITLE in _get(helena, url), url
+    assert _search_count(vera, name, "salariais") == 0
+    assert _search_count(helena, name, "salariais") >= 1
+
+
+def test_an_option_titled_like_a_page_the_viewer_may_read_stays(
+    personas: dict[str, User], documents: dict[str, Document], vera: User
+) -> None:
+    """Only a title no page the viewer may read has is a placeholder: replacing one that a
+    readable page shares would tell that a restricted page is titled so too."""
+    Document.objects.create(
+        collection=default_collection(), external_id="pt/outra", title=SALARY_TITLE, checksum="o"
+    )
+    conversation = conversation_create(user=personas["rita"])
+    clarify = _turn(
+        conversation,
+        "e a tabela?",
+        hits=[(PUBLIC_ID, PUBLIC_TITLE)],
+        answer=f"Você quer saber de {SALARY_TITLE} ou de {PUBLIC_TITLE}?",
+        sources=[],
+        rewrite={
+            "needs_clarification": True,
+            "clarification": {
+                "question": f"{SALARY_TITLE} ou {PUBLIC_TITLE}?",
+                "options": [SALARY_TITLE, PUBLIC_TITLE],
+            },
+        },
+        status=Message.Status.CLARIFY,
+    )
+    html = _get(vera, reverse("admin:conversations_turntrace_change", args=[clarify.pk]))
+    assert SALARY_TITLE in html
