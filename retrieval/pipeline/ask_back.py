@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .asks import CUE_WORDS, names_no_topic
 from .evidence import word_stems
 from .fusion import Hit, MergedHit
-from .languages import phrases
+from .languages import language_files, phrases
 from .text import content_terms, detect_language, normalize, stem, title_subject, token_spans
 from .tuning import tuning
 from .types import Clarification, HistoryMessage, RewriteResult, SearchQuery
@@ -45,6 +45,8 @@ def evidence_ask_back(
     pages; then a short question whose readings split across sibling pages; a pointer the
     words already asked about gets the best pages' titles as its options.
     """
+    if any(rule.id == "chosen_option" for rule in rewrite.fired):
+        return None  # the person just chose which page they meant
     asked = _after_a_reply_naming_pages(
         rewrite, queries, merged, reply_hits, window, question, language
     )
@@ -212,6 +214,31 @@ def clarification_question(options: Sequence[str], language: str | None) -> str:
     names = list(options)
     listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + last + names[-1]
     return template.format(listed)
+
+
+def chosen_option(text: str, reply: str | None) -> str | None:
+    """The option of a question back (`clarification_question`, in any language) that the
+    turn `text` is, or None: a clicked option's button sends its title as the turn.
+
+    The reply is read back through each language's `ask_which` template; the turn is an
+    option when it is one of the listed names whole (between the template's edges, ", " and
+    the last separator), so a title holding a comma is still found.
+    """
+    said = normalize(text).strip(" ?.!")
+    if not reply or not said:
+        return None
+    for language in language_files():
+        template, last = phrases(language).ask_which
+        before, _, after = template.partition("{}")
+        listed = reply.strip()
+        if not (listed.startswith(before) and listed.endswith(after)) or not after:
+            continue
+        listed = normalize(listed[len(before) : len(listed) - len(after)])
+        edges = rf"(?:^|, |{re.escape(normalize(last))})"
+        ends = rf"(?:$|, |{re.escape(normalize(last))})"
+        if re.search(edges + re.escape(said) + ends, listed):
+            return text.strip()
+    return None
 
 
 _HEAD_END = frozenset({"e", "y", "and"})
