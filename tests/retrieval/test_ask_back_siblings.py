@@ -44,6 +44,89 @@ BOTH_PLANS = [
     ("assistant", "O plano odontológico cobre limpeza, restauração e canal."),
 ]
 
+# A small English knowledge base of our own: siblings that differ by audience, by
+# destination, by what is paid for.
+ENGLISH_PAGES = {
+    "annual-leave": (
+        "Annual leave — general rules",
+        "hr",
+        "Employees are entitled to 25 working days of annual leave a year, accrued monthly. "
+        "Leave is requested in the HR portal at least two weeks in advance. Up to five unused "
+        "days may be carried over to the next year.",
+    ),
+    "dental-plan": (
+        "Dental plan — employees and dependants",
+        "benefits",
+        "The dental plan covers cleanings, fillings and root canals. The employee's own cover "
+        "is free; adding a spouse or a child costs 12 euros a month per dependant, deducted "
+        "from the salary. Orthodontic braces are covered for children under 18.",
+    ),
+    "health-plan": (
+        "Health plan — employees and dependants",
+        "benefits",
+        "The health plan covers employees from their first day. Adding a spouse or a child "
+        "costs 45 euros a month per dependant, deducted from the salary. Consultations have a "
+        "co-payment of 10 euros; hospital stays are fully covered.",
+    ),
+    "meal-allowance": (
+        "Meal allowance",
+        "benefits",
+        "Every employee receives a meal allowance of 9 euros for each working day, loaded on "
+        "the meal card on the first business day of the month. Days of leave and sick days are "
+        "not counted. Interns receive the same meal allowance.",
+    ),
+    "notice-contractors": (
+        "Notice period — contractors",
+        "hr",
+        "Contractors end their service agreement with fifteen days of written notice, unless "
+        "the agreement sets a longer period. The company gives contractors the same fifteen "
+        "days. No notice pay is due to contractors; invoices for the days worked are paid as "
+        "usual.",
+    ),
+    "notice-employees": (
+        "Notice period — employees",
+        "hr",
+        "An employee who resigns must give one month of notice, or two months after five years "
+        "of service. The company may waive the notice period at the employee's request. When "
+        "the company ends the contract it gives the notice the law requires or pays it instead. "
+        "During the notice period the employee keeps every benefit.",
+    ),
+    "per-diem-domestic": (
+        "Per diem — domestic travel",
+        "travel",
+        "Employees travelling within the country on company business receive a per diem of 60 "
+        "euros for each day away with an overnight stay and 30 euros for a day trip without an "
+        "overnight stay. The per diem covers meals and local transport; hotels are booked by "
+        "the travel desk and paid by the company. The per diem is paid with the next payroll "
+        "after the expense report is approved by the manager. Receipts are not required for the "
+        "per diem itself, only for expenses claimed on top of it.",
+    ),
+    "per-diem-international": (
+        "Per diem — international travel",
+        "travel",
+        "Employees travelling abroad on company business receive a per diem that depends on the "
+        "destination country: 90 euros a day for Europe and North America, 70 euros for Latin "
+        "America and 80 euros elsewhere. Half of the per diem may be paid in advance before "
+        "departure on request. The per diem covers meals and local transport abroad. Travel "
+        "insurance and visa fees are paid by the company.",
+    ),
+    "remote-allowance": (
+        "Remote work allowance",
+        "benefits",
+        "Employees who work from home at least three days a week receive a remote work "
+        "allowance of 40 euros a month for electricity and internet. The allowance is paid with "
+        "the salary and requires a remote work agreement signed with the manager.",
+    ),
+    "travel-booking": (
+        "Travel booking and approval",
+        "travel",
+        "Business trips are requested in the travel portal at least ten days before departure "
+        "and approved by the line manager. Flights and hotels are booked by the travel desk. "
+        "Changes and cancellations go through the travel desk as well; fees caused by personal "
+        "changes are paid by the employee.",
+    ),
+}
+
 
 @pytest.fixture
 def kb(personas: dict[str, Any]) -> Any:
@@ -60,7 +143,9 @@ def kb(personas: dict[str, Any]) -> Any:
     return collection
 
 
-def _plan(kb: Any, question: str, history: list[tuple[str, str]] | None = None) -> TurnPlan:
+def _plan(
+    kb: Any, question: str, history: list[tuple[str, str]] | None = None, language: str = "pt"
+) -> TurnPlan:
     from retrieval.services import retrieval_settings, turn_backends_for, turn_request_for
 
     scope = Scope(collection_id=kb.id, see_everything=True)
@@ -69,7 +154,7 @@ def _plan(kb: Any, question: str, history: list[tuple[str, str]] | None = None) 
         history=[HistoryMessage(role, text) for role, text in history or []],  # type: ignore[arg-type]
         collection=kb,
         scope=scope,
-        language="pt",
+        language=language,
         settings=retrieval_settings(mode="rules", hyde=False, rerank=False),
     )
     backends = turn_backends_for(collection=kb, scope=scope, model=None, cached=False)
@@ -140,3 +225,44 @@ def test_the_plan_after_one_plan_was_named_is_that_plan(kb: Any) -> None:
 def test_a_turn_whose_words_tell_the_named_plans_apart_is_answered(kb: Any, question: str) -> None:
     plan = _plan(kb, question, BOTH_PLANS)
     assert plan.kind == "answer", plan.options
+
+
+@pytest.fixture
+def english_kb(personas: dict[str, Any], tmp_path: Any) -> Any:
+    from retrieval.embeddings import get_embedder
+    from retrieval.ingestion.services import documents_ingest, source_from_file
+    from retrieval.services import default_collection
+
+    folder = tmp_path / "en"
+    folder.mkdir()
+    for name, (title, area, text) in ENGLISH_PAGES.items():
+        page = f"---\ntitle: {title}\narea: {area}\nlang: en\ngroups:\n---\n# {title}\n\n{text}\n"
+        (folder / f"{name}.md").write_text(page, encoding="utf-8")
+    items = [source_from_file(path, root=tmp_path) for path in sorted(folder.glob("*.md"))]
+    report = documents_ingest(
+        collection=default_collection(), sources=items, embedder=get_embedder(), total=len(items)
+    )
+    assert not report.errors, report.errors
+    return default_collection()
+
+
+@pytest.mark.parametrize(
+    ("question", "asked"),
+    [
+        (
+            "how much is the per diem?",
+            {"Per diem — domestic travel", "Per diem — international travel"},
+        ),
+        ("what's the notice period?", {"Notice period — employees", "Notice period — contractors"}),
+        ("how much is the allowance?", {"Meal allowance", "Remote work allowance"}),
+        ("how much is the per diem abroad?", set()),
+        ("what's the notice period for contractors?", set()),
+        ("how many days of annual leave do I get?", set()),
+    ],
+)
+def test_english_first_questions_are_asked_back_only_when_siblings_split_them(
+    english_kb: Any, question: str, asked: set[str]
+) -> None:
+    plan = _plan(english_kb, question, language="en")
+    assert set(plan.options) == asked, _rules(plan)
+    assert plan.kind == ("ask_back" if asked else "answer")
