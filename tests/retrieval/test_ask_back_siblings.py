@@ -266,3 +266,15 @@ def test_english_first_questions_are_asked_back_only_when_siblings_split_them(
     plan = _plan(english_kb, question, language="en")
     assert set(plan.options) == asked, _rules(plan)
     assert plan.kind == ("ask_back" if asked else "answer")
+
+
+@pytest.mark.parametrize("choice", [DENTAL, HEALTH])
+def test_the_option_chosen_then_finds_its_plan_for_the_dependant(kb: Any, choice: str) -> None:
+    asked = _plan(kb, "quanto custa incluir meu filho no plano?", BOTH_PLANS)
+    history = [*BOTH_PLANS, ("user", "quanto custa incluir meu filho no plano?")]
+    assert asked.kind == "ask_back" and asked.reply is not None
+    plan = _plan(kb, choice, [*history, ("assistant", asked.reply)])
+    assert plan.kind == "answer"
+    assert "chosen_option" in _rules(plan)
+    assert "filho" in plan.outcome.queries[0].text
+    assert plan.outcome.passages[0].hit.title == choice
