@@ -12,10 +12,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .ask_phrases import clarification_question
 from .asks import CUE_WORDS, names_no_topic
 from .evidence import word_stems
 from .fusion import Hit, MergedHit
-from .languages import language_files, phrases
+from .rewrite_rules.cues import opener_length
 from .text import content_terms, detect_language, normalize, stem, title_subject, token_spans
 from .tuning import tuning
 from .types import Clarification, HistoryMessage, RewriteResult, SearchQuery
@@ -111,11 +112,6 @@ def _siblings_the_conversation_named(
     """
     if rewrite.needs_clarification or not any(q.reading == "contextual" for q in queries):
         return None
-    if not any(q.reading == "standalone" for q in rewrite.queries):
-        # A turn that points back ("e esse, quanto é?", "e se for fora do país?") follows
-        # the last thing said; only one that names its own subject ("o plano") may mean
-        # either sibling (the rewriter then offered it on its own too).
-        return None
     lang = language or "pt"
 
     def stems(texts: Sequence[str]) -> frozenset[str]:
@@ -141,6 +137,14 @@ def _siblings_the_conversation_named(
         return None
     if any(q & asked for q in qualifiers):
         return None  # the turn names the one it means
+    # A turn that points back ("e esse, quanto é?", "e se for fora do país?") follows the
+    # last thing said; one that names its own subject may mean either sibling: the rewriter
+    # offered it on its own, or it names the siblings' shared head word ("the plan") and
+    # opens with no continuation ("and", "e se").
+    own_reading = any(q.reading == "standalone" for q in rewrite.queries)
+    opens = opener_length(token_spans(question), language)
+    if not own_reading and (not common & asked or opens):
+        return None
     # As on a first turn (ambiguous_documents): a word of the turn that one sibling's title
     # or best passage says and another's does not ("depois de me aposentar": "manutenção
     # após desligamento ou aposentadoria") tells them apart; then the search's order stands.
@@ -280,39 +284,6 @@ def _naming_words(terms: Sequence[str], language: str | None) -> list[str]:
         if not (language in ("pt", "es") and len(w) > 4 and w.endswith(_INFINITIVE))
         and normalize(w) not in CUE_WORDS
     ]
-
-
-def clarification_question(options: Sequence[str], language: str | None) -> str:
-    """Ask which reading is meant, naming the options: "Você quer saber sobre X, Y ou Z?"."""
-    template, last = phrases(language).ask_which
-    names = list(options)
-    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + last + names[-1]
-    return template.format(listed)
-
-
-def chosen_option(text: str, reply: str | None) -> str | None:
-    """The option of a question back (`clarification_question`, in any language) that the
-    turn `text` is, or None: a clicked option's button sends its title as the turn.
-
-    The reply is read back through each language's `ask_which` template; the turn is an
-    option when it is one of the listed names whole (between the template's edges, ", " and
-    the last separator), so a title holding a comma is still found.
-    """
-    said = normalize(text).strip(" ?.!")
-    if not reply or not said:
-        return None
-    for language in language_files():
-        template, last = phrases(language).ask_which
-        before, _, after = template.partition("{}")
-        listed = reply.strip()
-        if not (listed.startswith(before) and listed.endswith(after)) or not after:
-            continue
-        listed = normalize(listed[len(before) : len(listed) - len(after)])
-        edges = rf"(?:^|, |{re.escape(normalize(last))})"
-        ends = rf"(?:$|, |{re.escape(normalize(last))})"
-        if re.search(edges + re.escape(said) + ends, listed):
-            return text.strip()
-    return None
 
 
 _HEAD_END = frozenset({"e", "y", "and"})

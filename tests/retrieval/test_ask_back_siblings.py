@@ -278,3 +278,24 @@ def test_the_option_chosen_then_finds_its_plan_for_the_dependant(kb: Any, choice
     assert "chosen_option" in _rules(plan)
     assert "filho" in plan.outcome.queries[0].text
     assert plan.outcome.passages[0].hit.title == choice
+
+
+ENGLISH_PLANS = [
+    ("user", "does the health plan have a co-payment?"),
+    ("assistant", "Yes: consultations on the health plan have a co-payment of 10 euros."),
+    ("user", "and what does the dental plan cover?"),
+    ("assistant", "The dental plan covers cleanings, fillings and root canals."),
+]
+
+
+def test_an_english_question_about_the_plan_after_both_plans_is_asked_back(
+    english_kb: Any,
+) -> None:
+    # "does it cost to add ..." reads as pointing back; it still names the plans' shared
+    # head word and opens with no continuation, so either plan may be meant.
+    question = "how much does it cost to add my son to the plan?"
+    plan = _plan(english_kb, question, ENGLISH_PLANS, language="en")
+    assert plan.kind == "ask_back", _rules(plan)
+    assert {o.split(" — ")[0] for o in plan.options} == {"Health plan", "Dental plan"}
+    one = _plan(english_kb, question, ENGLISH_PLANS[:2], language="en")
+    assert one.kind == "answer", one.options

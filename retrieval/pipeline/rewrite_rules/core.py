@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import Literal
 
-from retrieval.pipeline.ask_back import chosen_option
+from retrieval.pipeline.ask_phrases import chosen_option
 from retrieval.pipeline.asks import names_no_topic
 from retrieval.pipeline.glossary import expand_with_glossary, find_glossary_hits
 from retrieval.pipeline.languages import phrases

@@ -8,12 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.pipeline.ask_back import (
-    ambiguous_documents,
-    chosen_option,
-    clarification_question,
-    reply_named_documents,
-)
+from retrieval.pipeline.ask_back import ambiguous_documents, reply_named_documents
+from retrieval.pipeline.ask_phrases import chosen_option, clarification_question
 from retrieval.pipeline.evidence import choose_reading, favour_reply_documents, reply_probe
 from retrieval.pipeline.fusion import Hit, MergedHit
 from retrieval.pipeline.rewrite_rules import rewrite_with_rules
