@@ -75,6 +75,7 @@ RULE_LABELS = {
     "area": gettext_lazy("área da pergunta"),
     "reply_documents": gettext_lazy("páginas da resposta anterior"),
     "ask_siblings": gettext_lazy("páginas parecidas: perguntou qual"),
+    "chosen_option": gettext_lazy("opção escolhida: buscada com a pergunta feita"),
     "version": gettext_lazy("versão vigente preferida"),
     "hyde": gettext_lazy("hipótese (HyDE)"),
     "rerank": gettext_lazy("reordenadas pelo modelo"),

@@ -12,10 +12,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .ask_phrases import clarification_question
 from .asks import CUE_WORDS, names_no_topic
 from .evidence import word_stems
 from .fusion import Hit, MergedHit
-from .languages import phrases
+from .rewrite_rules.cues import opener_length
 from .text import content_terms, detect_language, normalize, stem, title_subject, token_spans
 from .tuning import tuning
 from .types import Clarification, HistoryMessage, RewriteResult, SearchQuery
@@ -45,8 +46,13 @@ def evidence_ask_back(
     pages; then a short question whose readings split across sibling pages; a pointer the
     words already asked about gets the best pages' titles as its options.
     """
+    if any(rule.id == "chosen_option" for rule in rewrite.fired):
+        return None  # the person just chose which page they meant
     asked = _after_a_reply_naming_pages(
         rewrite, queries, merged, reply_hits, window, question, language
+    )
+    asked = asked or _siblings_the_conversation_named(
+        rewrite, queries, merged, window, question, language
     )
     return asked or _from_the_pages_found(rewrite, merged, language)
 
@@ -84,6 +90,75 @@ def _after_a_reply_naming_pages(
     return _ask_which(
         options, language, "the turn only asks how much or when, and the last reply named"
     )
+
+
+def _siblings_the_conversation_named(
+    rewrite: RewriteResult,
+    queries: Sequence[SearchQuery],
+    merged: Sequence[MergedHit],
+    window: Sequence[HistoryMessage],
+    question: str,
+    language: str | None,
+) -> AskBack | None:
+    """Ask which one when a follow-up fits two or more sibling pages that the person named
+    earlier in the conversation, and its own words tell none of them apart: the price of "the
+    plan" for a dependant after asking about the medical plan and the dental one.
+
+    Siblings share their title's head word and differ by a qualifier ("Assistência médica",
+    "Assistência odontológica"); each qualifier was said by a user turn of the window (a
+    reply's passing mention of another page is no reading the person had in mind); the best
+    page found is one of them (a new topic's page is not); the turn names its own subject
+    rather than pointing back; and it names no qualifier.
+    """
+    if rewrite.needs_clarification or not any(q.reading == "contextual" for q in queries):
+        return None
+    lang = language or "pt"
+
+    def stems(texts: Sequence[str]) -> frozenset[str]:
+        return frozenset(
+            stem(t.norm, lang) for text in texts for t in token_spans(text.replace("-", " "))
+        )
+
+    users = stems([m.text for m in window if m.role == "user"])
+    said = users | stems([m.text for m in window])
+    found = [item.hit for item in merged[: tuning().reply_option_pages] if item.hit.title.strip()]
+    named: dict[frozenset[str], tuple[str, list[str]]] = {}
+    for hit in found:
+        head = _headword_stems(hit.title, lang)
+        if len(head) > 1 and head <= said:
+            named.setdefault(head, (hit.title.strip(), content_terms(hit.text)))
+    heads = list(named)
+    if len(heads) < 2 or not found or _headword_stems(found[0].title, lang) not in named:
+        return None
+    common = frozenset.intersection(*heads)
+    qualifiers = [head - common for head in heads]
+    asked = stems([question])
+    if not common or not all(q and q <= users for q in qualifiers):
+        return None
+    if any(q & asked for q in qualifiers):
+        return None  # the turn names the one it means
+    # A turn that points back ("e esse, quanto é?", "e se for fora do país?") follows the
+    # last thing said; one that names its own subject may mean either sibling: the rewriter
+    # offered it on its own, or it names the siblings' shared head word ("the plan") and
+    # opens with no continuation ("and", "e se").
+    own_reading = any(q.reading == "standalone" for q in rewrite.queries)
+    opens = opener_length(token_spans(question), language)
+    if not own_reading and (not common & asked or opens):
+        return None
+    # As on a first turn (ambiguous_documents): a word of the turn that one sibling's title
+    # or best passage says and another's does not ("depois de me aposentar": "manutenção
+    # após desligamento ou aposentadoria") tells them apart; then the search's order stands.
+    terms = content_terms(question, language)
+    titles = word_stems([w for title, _ in named.values() for w in content_terms(title)])
+    beyond = word_stems(_naming_words(terms, language)) - titles
+    own = {
+        beyond & word_stems(text) | word_stems(terms) & word_stems(content_terms(title))
+        for title, text in named.values()
+    }
+    if len(own) > 1:
+        return None
+    options = [title for title, _ in named.values()][: tuning().max_options]
+    return _ask_which(options, language, "the turn fits each sibling the conversation named:")
 
 
 def _from_the_pages_found(
@@ -193,25 +268,22 @@ def ambiguous_documents(
         # reembolso?") says what to find on it: only nouns and names beyond the titles
         # pick a reading.
         # Judged on the whole word: a stem ("cancel" of "cancelar") hides the ending.
-        nouns = [
-            w
-            for w in question_terms
-            if not (language in ("pt", "es") and len(w) > 4 and w.endswith(_INFINITIVE))
-            and normalize(w) not in CUE_WORDS
-        ]
-        beyond = word_stems(nouns) - matched[0]
+        beyond = word_stems(_naming_words(question_terms, language)) - matched[0]
         own = [beyond & word_stems(words) for words in texts[: tuning().clarify_depth]]
         same = [i for i in same if not own[0] - own[i]]
     distinct = list(dict.fromkeys(titles[i][0] for i in same))
     return distinct[: tuning().max_options] if len(distinct) >= 2 else []
 
 
-def clarification_question(options: Sequence[str], language: str | None) -> str:
-    """Ask which reading is meant, naming the options: "Você quer saber sobre X, Y ou Z?"."""
-    template, last = phrases(language).ask_which
-    names = list(options)
-    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + last + names[-1]
-    return template.format(listed)
+def _naming_words(terms: Sequence[str], language: str | None) -> list[str]:
+    """The words of a question that may name a reading: no Portuguese or Spanish infinitive
+    (what to do, not which page) and no word that asks for a kind of answer."""
+    return [
+        w
+        for w in terms
+        if not (language in ("pt", "es") and len(w) > 4 and w.endswith(_INFINITIVE))
+        and normalize(w) not in CUE_WORDS
+    ]
 
 
 _HEAD_END = frozenset({"e", "y", "and"})

@@ -408,6 +408,28 @@ def test_ambiguous_plan_question_offers_the_plans_as_buttons(page: Page, live_ur
     expect(second.locator(".source-card").first).to_contain_text("odontológico")
 
 
+def test_a_clicked_option_is_searched_with_the_question_it_answers(
+    page: Page, live_url: str
+) -> None:
+    # The button sends only the option's title; the next turn's rewrite joins it to what
+    # the person asked ("cobre dentista?"), and its trace says which rule did.
+    login(page, live_url, "ana")
+    turn = ask(page, "o plano cobre dentista?")
+    expect(turn).to_have_attribute("data-state", "clarify")
+    options = turn.locator('[data-slot="options"] button')
+    labels = [options.nth(i).inner_text() for i in range(options.count())]
+    choice = next(label for label in labels if "odontológico" in label)
+    options.filter(has_text=choice).first.click()
+    second = page.locator("#messages > .turn").nth(1)
+    expect(second.locator('[data-slot="user-text"]')).to_have_text(choice)
+    expect(second).to_have_attribute("data-state", "complete", timeout=ANSWER_TIMEOUT)
+    trace = open_trace(second)
+    searched = " ".join(q for _, q in query_texts(second)).lower()
+    assert "odontológico" in searched and "dentista" in searched, searched
+    expect(trace).to_contain_text("opção escolhida")
+    shot(page, "36-option-keeps-the-question", full_page=True)
+
+
 def test_pronoun_with_nothing_before_it_asks_with_options_and_keeps_the_verb(
     page: Page, live_url: str
 ) -> None:

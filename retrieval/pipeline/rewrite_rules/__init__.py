@@ -24,6 +24,7 @@ POLICY_SOURCES: Final = (
         for name in (
             "asks.py",
             "ask_back.py",
+            "ask_phrases.py",
             "dictionary.py",
             "evidence.py",
             "filters.py",

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import Literal
 
+from retrieval.pipeline.ask_phrases import chosen_option
 from retrieval.pipeline.asks import names_no_topic
 from retrieval.pipeline.glossary import expand_with_glossary, find_glossary_hits
 from retrieval.pipeline.languages import phrases
@@ -565,6 +566,32 @@ def _ask_to_clarify(ctx: _Context, users: list[Turn]) -> None:
     ctx.result.fire("ask_pointer", "refers to something not in the conversation: asked to clarify")
 
 
+def _chosen_option(ctx: _Context) -> bool:
+    """Search an option of the last question back with the question it answers.
+
+    An option clicked (or typed) after "Você quer saber sobre X, Y ou Z?" is a title: alone
+    it loses what the person asked of it ("cobre dentista?" with "Plano odontológico"), so
+    the option and the user's turn before the question back are searched together.
+    """
+    history = ctx.inp.history
+    if len(history) < 2 or history[-1].role != "assistant" or history[-2].role != "user":
+        return False
+    option = chosen_option(ctx.inp.question, history[-1].text)
+    if option is None:
+        return False
+    asked = history[-2].text.strip()
+    ctx.result.topic = option
+    ctx.result.fire(
+        "chosen_option", f"option chosen: '{option}' searched with the question it answers"
+    )
+    # Its placeholders, amounts and names are dropped as any query's are (_add_query).
+    _add_query(ctx, f"{option} {asked}", "expand", set(), reading="contextual")
+    ctx.result.safe_original = clean_query(
+        ctx.inp.question, ctx.stats, ctx.protected, ctx.stopwords
+    )
+    return True
+
+
 def _clarify_terms(ctx: _Context, part: Turn) -> tuple[str, ...]:
     """Return a short, unspecific question's words (see RewriteResult.clarify_terms).
 
@@ -667,6 +694,8 @@ def rewrite_with_rules(inp: RewriteInput, lexicon: LexiconView) -> RewriteResult
     for wrong, right in result.corrections.items():
         result.fire("spelling", f"spelling: '{wrong}' -> '{right}'")
     users = [make_turn(m.text, ctx.stopwords) for m in inp.history if m.role == "user"]
+    if users and _chosen_option(ctx):
+        return _finish(inp, result)
     to_start = refers_to_start(make_turn(text, ctx.stopwords).tokens)
     if to_start and not inp.earlier_messages:
         # "voltando ao primeiro assunto": the first question names the topic, not the last.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.pipeline.ask_back import clarification_question
+from retrieval.pipeline.ask_phrases import clarification_question
 from retrieval.pipeline.languages import FOLDER, LanguageDataError, phrases, phrases_load
 from retrieval.pipeline.rewrite_rules.smalltalk import small_talk_reply
 

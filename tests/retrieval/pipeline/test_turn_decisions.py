@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.pipeline.ask_back import (
-    ambiguous_documents,
-    clarification_question,
-    reply_named_documents,
-)
+from retrieval.pipeline.ask_back import ambiguous_documents, reply_named_documents
+from retrieval.pipeline.ask_phrases import chosen_option, clarification_question
 from retrieval.pipeline.evidence import choose_reading, favour_reply_documents, reply_probe
 from retrieval.pipeline.fusion import Hit, MergedHit
 from retrieval.pipeline.rewrite_rules import rewrite_with_rules
@@ -685,3 +682,20 @@ def test_a_reply_names_a_page_by_its_subjects_words_in_any_form() -> None:
     question = "con cuánta anticipación lo tengo que pedir?"
     topic = "viajar a Brasil trabajo vacaciones"
     assert reply_named_documents(question, reply, titles, topic, "es") == titles[:2]
+
+
+def test_an_option_of_the_question_back_is_searched_with_the_question_before_it() -> None:
+    options = ["Cartão corporativo – limites, prestação de contas e uso", "Plano odontológico"]
+    asked = clarification_question(options, "pt")
+    assert chosen_option(options[0], asked) == options[0]  # a title holding a comma
+    assert chosen_option("plano odontologico", asked) == "plano odontologico"
+    assert chosen_option("prestação de contas", asked) is None  # a piece of a title
+    assert chosen_option("Plano odontológico", "O plano odontológico cobre canal.") is None
+    spanish = clarification_question(["Vacaciones en Chile", "Vacaciones en España"], "es")
+    assert chosen_option("Vacaciones en España", spanish) == "Vacaciones en España"
+
+    result = rewrite("Plano odontológico", "o plano paga o dentista?", asked)
+    assert [r.id for r in result.fired] == ["chosen_option"]
+    assert [words(q.text) >= {"odontologico", "dentista", "paga"} for q in result.queries] == [True]
+    typed = rewrite("e o odontológico?", "o plano paga o dentista?", asked)
+    assert "chosen_option" not in [r.id for r in typed.fired]
