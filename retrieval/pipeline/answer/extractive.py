@@ -54,6 +54,7 @@ from ..text import (
 from ..tuning import tuning
 from ..types import HistoryMessage, RewriteResult
 from .grounded import Passage, label
+from .line_model import line_model, recorder
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=[A-ZÀ-ÖØ-Þ0-9¿¡\"“(])")
 _STEP = re.compile(r"^\s*(\d{1,2})[.)]\s+(.*)$")
@@ -183,19 +184,13 @@ MAX_LINES = 4
 LIST_ITEMS = 8  # items of a list that a chosen "... de:" line brings along
 WORD_BUDGET = 55  # words of the chosen lines beyond the first (steps blocks excepted)
 QUERY_WEIGHT = 0.6  # words only in the rewritten queries or glossary expansions
-HEADING_WEIGHT = 0.5  # a word of the section heading counts half for each of its lines
-TOPIC_LINE_WEIGHT = 1.0  # a title or heading word that the line also has
-KIND_BONUS = 0.6
-SILENT_LINE = 0.75  # a line that says no word of the question, only its page's title does
-SPECIFIC_BONUS = 0.3  # the same for a line with a figure when the question names no kind
-META_FACTOR = 0.3  # share of the best query word's weight a line of the asked kind gains
-SAID_TERM = 0.3  # a carried word the last reply used already (see extractive_answer)
+# Which group a searched word is in for the line model's features (own: 1.0; carried or
+# expanded: QUERY_WEIGHT; carried and already said by the last reply: QUERY_WEIGHT *
+# SAID_TERM); also the words' weights in the answer's coverage.
+SAID_TERM = 0.3
 TOPIC_ONLY_WORDS = 3  # a question of at most this many own words may only name its topic
-TOPIC_FIGURE_BONUS = 1.0  # SPECIFIC_BONUS when it does: the page's figures are what it asks
 REPEATED_SHARE = 0.6  # a line whose content words an earlier reply said this much of ...
-REPEATED_WORDS = 4  # ... (a line of at least this many content words) ...
-REPEATED_LINE = 0.5  # ... scores this much: the person has read it
-OTHER_CASE = 0.3  # a line about another country, parent or scope than the question
+REPEATED_WORDS = 4  # ... (a line of at least this many content words) has been read
 # Below this share of the question's words (see `ExtractiveAnswer`) the pages don't say it.
 NOT_FOUND_COVERAGE = 0.10  # calibrated: see docs/answers.md
 
@@ -459,52 +454,129 @@ def _idf(
     }
 
 
-def _score(
+def _line_features(
     line: _Line,
     terms: Mapping[str, float],
     idf: Mapping[str, float],
     kind: AnswerKind | None,
     heading_stems: frozenset[str],
-    figures: float = SPECIFIC_BONUS,
-) -> float:
+    *,
+    topic_only: bool = False,
+    repeated: bool = False,
+) -> dict[str, float]:
+    """What the line scorer weighs (`line_model.FEATURES` says what each is); the relative
+    features are added over all the answer's lines by `_scores`."""
     default = idf["__default__"]
-    section_weight = tuning().section_heading_weight
-    overlap = 0.0
-    best_weight = 0.0
-    said = False  # the line itself says a word of the question
+    totals = {"own": 0.0, "carried": 0.0, "echo": 0.0}
+    in_line = dict(totals)
+    in_heading = dict(totals)
+    in_title = dict(totals)
+    mass = 0.0
     for root, weight in terms.items():
-        w = weight * max(0.0, idf.get(root, default))
-        best_weight = max(best_weight, w)
-        if root in heading_stems:
-            # The document's topic: it names the document, not which of its lines answers;
-            # a word of the section's own heading names the lines of that section.
-            if root in line.stems:
-                overlap += TOPIC_LINE_WEIGHT * w
-            elif root in line.title:
-                overlap += HEADING_WEIGHT * w
-            else:
-                overlap += section_weight * w
-        elif root in line.stems:
-            overlap += w
-        said = said or root in line.stems
-    if overlap == 0:
-        return 0.0
-    if not said:
-        # Its page's title says the question's words, the line none of them ("O informe
-        # fica disponível no portal em dezembro." under "Décimo terceiro — adiantamento
-        # nas férias"): it answers less than a line that says one.
-        overlap *= SILENT_LINE
+        w = max(0.0, idf.get(root, default))
+        group = "own" if weight >= 1.0 else "carried" if weight >= QUERY_WEIGHT else "echo"
+        totals[group] += w
+        if root in line.stems:
+            in_line[group] += w
+            mass += weight * w
+        elif root in line.title:
+            in_title[group] += w
+        elif root in heading_stems:
+            in_heading[group] += w  # the section's own heading, not its page's title
+
+    def share(part: float, whole: float) -> float:
+        return part / whole if whole else 0.0
+
+    said = any(in_line.values())
     norm = line.norm
-    if kind is not None and _states(kind, norm, line.passage.language):
-        overlap += KIND_BONUS * best_weight
-    elif kind is None and _SPECIFIC.search(norm):
-        overlap += figures * best_weight
-    if _META.search(norm):
-        overlap *= META_FACTOR
-    # Earlier passages are what the search trusted most; very long lines say too much.
-    prior = max(0.6, 1.0 - 0.12 * line.rank)
-    words = len(line.text.split())
-    return overlap * prior * (0.85 if words > 45 else 1.0)
+    stated = kind is not None and _states(kind, norm, line.passage.language)
+    figure = kind is None and bool(_SPECIFIC.search(norm))
+    words = max(1, len(line.text.split()))
+    return {
+        "own_line": share(in_line["own"], totals["own"]),
+        "own_title": share(in_title["own"], totals["own"]),
+        "own_heading": share(in_heading["own"], totals["own"]),
+        "carried_line": share(in_line["carried"], totals["carried"]),
+        "carried_title": share(in_title["carried"], totals["carried"]),
+        "carried_heading": share(in_heading["carried"], totals["carried"]),
+        "echo_line": share(in_line["echo"], totals["echo"]),
+        "said_mass": math.log1p(mass),
+        "silent": float(not said),
+        "kind_stated": float(stated),
+        "kind_missing": float(kind is not None and not stated),
+        "figure": float(figure),
+        "figure_topic_only": float(figure and topic_only),
+        "meta": float(bool(_META.search(norm))),
+        "page_rank": float(min(line.rank, 4)),
+        "line_order": min(line.order, 10) / 10,
+        "later_chunk": float(line.passage.position > 0),
+        "log_words": math.log(words),
+        "step": float(line.step is not None),
+        "item": float(line.lead >= 0),
+        "row": float(line.table >= 0),
+        "repeated": float(repeated),
+    }
+
+
+def _relevant(line: _Line, terms: Mapping[str, float], heading_stems: frozenset[str]) -> bool:
+    """Whether the line, its title or its section heading says any searched word: a line of
+    a page that says none is no candidate at all (score 0)."""
+    return any(root in line.stems or root in heading_stems or root in line.title for root in terms)
+
+
+def _scores(
+    lines: Sequence[_Line],
+    terms: Mapping[str, float],
+    idf: Mapping[str, float],
+    kind: AnswerKind | None,
+    context: Mapping[int, frozenset[str]],
+    *,
+    topic_only: bool = False,
+    repeated: Set[int] = frozenset(),
+    cases: Mapping[str, frozenset[str]] | None = None,
+) -> dict[int, float]:
+    """Every line's score for one question, by the line's identity: the line model's
+    probability that it states what is asked (0 for a line no searched word leads to)."""
+    rows = [
+        _line_features(
+            line,
+            terms,
+            idf,
+            kind,
+            context[id(line.passage)],
+            topic_only=topic_only,
+            repeated=id(line) in repeated,
+        )
+        for line in lines
+    ]
+    # A line about another case than the one the question names (the other parent, another
+    # country, abroad for home) is no candidate while a line that is not answers.
+    other = {id(line) for line in lines if cases and _other_case(line, cases)}
+    best_own = max((r["own_line"] for r in rows), default=0.0) or 1.0
+    model = line_model()
+    out: dict[int, float] = {}
+    for line, row in zip(lines, rows, strict=True):
+        row["relative_own"] = row["own_line"] / best_own
+        relevant = _relevant(line, terms, context[id(line.passage)])
+        out[id(line)] = model.score(row) if relevant else 0.0
+    if other and any(out[id(line)] > 0 for line in lines if id(line) not in other):
+        out.update(dict.fromkeys(other, 0.0))
+    sink = recorder()
+    if sink is not None:
+        sink(
+            [
+                {
+                    "text": line.text,
+                    "document": _document(line.passage),
+                    "rank": line.rank,
+                    "relevant": _relevant(line, terms, context[id(line.passage)]),
+                    "score": out[id(line)],
+                    "features": row,
+                }
+                for line, row in zip(lines, rows, strict=True)
+            ]
+        )
+    return out
 
 
 SUBJECT_CHARS = 80  # the longest subject an opening line repeats
@@ -704,9 +776,7 @@ def _answer_one(
         lead=lead,
         language=language,
         repeated=_repeated(lines, question.history, language),
-        figures=TOPIC_FIGURE_BONUS
-        if _names_only_its_topic(terms, context[id(passages[0])], rewrite, language)
-        else SPECIFIC_BONUS,
+        topic_only=_names_only_its_topic(terms, context[id(passages[0])], rewrite, language),
         cases=_cases(" ".join([question.text, *question.queries])),
     )
     shown = _spelled(question.text, rewrite, lines)  # the opening line repeats it
@@ -895,10 +965,7 @@ def _answer_parts(
         part_lines = lines if own == order else _reranked(lines, own)
         terms = _question_terms(text, [], None, language)
         kind = answer_kind(text)
-        scores = {
-            id(line): _score(line, terms, idf, kind, context[id(line.passage)])
-            for line in part_lines
-        }
+        scores = _scores(part_lines, terms, idf, kind, context, cases=_cases(text))
         fit = _relative_fit(scores, part_lines)
         lead = min(own, key=own.__getitem__)
         asked.append(_Part(part_lines, terms, kind, lead, scores, fit))
@@ -1131,7 +1198,7 @@ def _choose(
     lead: str | None = None,
     language: str = "pt",
     repeated: frozenset[int] = frozenset(),
-    figures: float = SPECIFIC_BONUS,
+    topic_only: bool = False,
     firm_lead: bool = True,
     scores: Mapping[int, float] | None = None,
     cases: Mapping[str, frozenset[str]] | None = None,
@@ -1141,25 +1208,23 @@ def _choose(
     `lead` is the document the question's own search ranked first (default: the top
     passage's); unless `firm_lead`, it yields to a document that says the question's own
     words it lacks (one part of a split message); `repeated` lines, which an earlier reply
-    said, count REPEATED_LINE as much: a follow-up asks for something new ("quanto tempo
-    isso leva pra cair na conta?" after the notice period got the notice period's rule
-    again). `figures` is the share of the best word's weight that a line with a figure
-    gains when no kind of answer is asked. `scores` are the lines' scores already computed
-    with these terms (by the line's identity). A line about another of the `cases` the
-    question names (`_other_case`) counts OTHER_CASE as much."""
-    every = [
-        (
-            (
-                scores[id(line)]
-                if scores is not None
-                else _score(line, terms, idf, kind, context[id(line.passage)], figures)
-            )
-            * (REPEATED_LINE if id(line) in repeated else 1.0)
-            * (OTHER_CASE if cases and _other_case(line, cases) else 1.0),
-            line,
+    said, are marked for the line model (a follow-up asks for something new).
+    `topic_only`: the question only names its topic (its figures are what it asks).
+    `scores` are the lines' scores already computed with these terms (by the line's
+    identity). A line about another of the `cases` the
+    question names (`_other_case`) is no candidate while another line answers."""
+    if scores is None:
+        scores = _scores(
+            lines,
+            terms,
+            idf,
+            kind,
+            context,
+            topic_only=topic_only,
+            repeated=repeated,
+            cases=cases,
         )
-        for line in lines
-    ]
+    every = [(scores[id(line)], line) for line in lines]
     scored = _scored_or_first(every, lines)
     if not scored:
         return []
