@@ -192,7 +192,7 @@ TOPIC_ONLY_WORDS = 3  # a question of at most this many own words may only name 
 REPEATED_SHARE = 0.6  # a line whose content words an earlier reply said this much of ...
 REPEATED_WORDS = 4  # ... (a line of at least this many content words) has been read
 # Below this share of the question's words (see `ExtractiveAnswer`) the pages don't say it.
-NOT_FOUND_COVERAGE = 0.10  # calibrated: see docs/answers.md
+NOT_FOUND_COVERAGE = 0.12  # calibrated: see docs/answers.md
 
 
 @dataclass(frozen=True)
