@@ -71,6 +71,8 @@ class Answer:
                 "document": line.document,
                 "page_rank": line.page_rank,
                 "says": list(line.says),
+                # Feature names and weights only: no document's words.
+                "features": [[name, value] for name, value in line.features],
             }
             if with_text:
                 item |= {"section": line.heading, "text": line.text}

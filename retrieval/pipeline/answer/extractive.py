@@ -226,6 +226,9 @@ class ChosenLine:
     score: float
     page_rank: int  # its document's place among the found ones, 0 first
     says: tuple[str, ...]  # the searched words (stems) the line or its heading says
+    # The line model's features that weighed most for or against it, with what each added
+    # to its linear score (largest first).
+    features: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -534,9 +537,11 @@ def _scores(
     topic_only: bool = False,
     repeated: Set[int] = frozenset(),
     cases: Mapping[str, frozenset[str]] | None = None,
+    reasons: dict[int, Mapping[str, float]] | None = None,
 ) -> dict[int, float]:
-    """Every line's score for one question, by the line's identity: the line model's
-    probability that it states what is asked (0 for a line no searched word leads to)."""
+    """Every line's score for one question, by the line's identity: the line model's score
+    (0 for a line no searched word leads to). `reasons`, when given, receives each scored
+    line's feature contributions (`LineModel.contributions`)."""
     rows = [
         _line_features(
             line,
@@ -559,6 +564,8 @@ def _scores(
         row["relative_own"] = row["own_line"] / best_own
         relevant = _relevant(line, terms, context[id(line.passage)])
         out[id(line)] = model.score(row) if relevant else 0.0
+        if reasons is not None and relevant:
+            reasons[id(line)] = model.contributions(row)
     if other and any(out[id(line)] > 0 for line in lines if id(line) not in other):
         out.update(dict.fromkeys(other, 0.0))
     sink = recorder()
@@ -724,13 +731,14 @@ def extractive_choice(
     if len(parts) >= 2:
         # Two questions in one message: each answered from its own document.
         shown = _spelled(question, rewrite, lines)  # the opening line repeats it
+        reasons: dict[int, Mapping[str, float]] = {}
         chosen = _answer_parts(
-            parts, lines, passages, order, rankings or {}, idf, context, language
+            parts, lines, passages, order, rankings or {}, idf, context, language, reasons
         )
         subject = _joined_subjects(shown, language, len(parts))
         text = _render(shown, language, None, chosen, subject=subject)
         terms = _question_terms(question, queries, rewrite, language)
-        return _explained(text, chosen, terms, idf, context, judged=judged)
+        return _explained(text, chosen, terms, idf, context, judged=judged, reasons=reasons)
     return _answer_one(
         question_at, lines, passages, idf, context, lead if lead in order else None, judged
     )
@@ -759,6 +767,7 @@ def _answer_one(
 ) -> ExtractiveAnswer:
     """The answer to a message that asks one thing: its lines, chosen by `_choose`."""
     language, rewrite = question.language, question.rewrite
+    reasons: dict[int, Mapping[str, float]] = {}
     kind = answer_kind(question.text)
     terms = _question_terms(question.text, question.queries, rewrite, language)
     said = _said_only(question.history, language)
@@ -778,10 +787,11 @@ def _answer_one(
         repeated=_repeated(lines, question.history, language),
         topic_only=_names_only_its_topic(terms, context[id(passages[0])], rewrite, language),
         cases=_cases(" ".join([question.text, *question.queries])),
+        reasons=reasons,
     )
     shown = _spelled(question.text, rewrite, lines)  # the opening line repeats it
     text = _render(shown, language, kind, chosen)
-    return _explained(text, chosen, terms, idf, context, judged=judged)
+    return _explained(text, chosen, terms, idf, context, judged=judged, reasons=reasons)
 
 
 def _same_language(passages: Sequence[Passage], language: str) -> bool:
@@ -800,11 +810,13 @@ def _explained(
     context: Mapping[int, frozenset[str]],
     *,
     judged: bool = True,
+    reasons: Mapping[int, Mapping[str, float]] | None = None,
 ) -> ExtractiveAnswer:
     """The answer with its lines, and the share of the question it covers (see
     `ExtractiveAnswer`): every searched word, by its weight (the person's own words count
     most) and its rarity. Unless `judged`, the coverage is kept but never says "not
-    found" (`_same_language`)."""
+    found" (`_same_language`). `reasons`: each scored line's feature contributions, of
+    which a chosen line keeps its largest (`WHY_FEATURES`)."""
     own = dict(terms)
     default = idf["__default__"]
     weight = {t: w * max(0.0, idf.get(t, default)) for t, w in own.items()}
@@ -822,6 +834,7 @@ def _explained(
                 score=round(score, 4),
                 page_rank=line.rank,
                 says=tuple(sorted(says)),
+                features=_strongest((reasons or {}).get(id(line), {})),
             )
         )
     total = sum(weight.values())
@@ -832,6 +845,14 @@ def _explained(
         coverage=round(coverage, 4),
         not_found=judged and coverage < NOT_FOUND_COVERAGE,
     )
+
+
+WHY_FEATURES = 4  # the features a chosen line's "why" names
+
+
+def _strongest(contributions: Mapping[str, float]) -> tuple[tuple[str, float], ...]:
+    ranked = sorted(contributions.items(), key=lambda kv: -abs(kv[1]))[:WHY_FEATURES]
+    return tuple((name, round(value, 2)) for name, value in ranked if round(value, 2))
 
 
 def _spelled(question: str, rewrite: RewriteResult | None, lines: Sequence[_Line]) -> str:
@@ -957,15 +978,17 @@ def _answer_parts(
     idf: Mapping[str, float],
     context: Mapping[int, frozenset[str]],
     language: str,
+    reasons: dict[int, Mapping[str, float]] | None = None,
 ) -> list[tuple[float, _Line]]:
-    """The lines that answer each question of a split message, two each, in turn."""
+    """The lines that answer each question of a split message, two each, in turn (each
+    scored line's feature contributions into `reasons`)."""
     asked: list[_Part] = []
     for text in parts:
         own = _part_order(order, rankings.get(text, ()))
         part_lines = lines if own == order else _reranked(lines, own)
         terms = _question_terms(text, [], None, language)
         kind = answer_kind(text)
-        scores = _scores(part_lines, terms, idf, kind, context, cases=_cases(text))
+        scores = _scores(part_lines, terms, idf, kind, context, cases=_cases(text), reasons=reasons)
         fit = _relative_fit(scores, part_lines)
         lead = min(own, key=own.__getitem__)
         asked.append(_Part(part_lines, terms, kind, lead, scores, fit))
@@ -1202,6 +1225,7 @@ def _choose(
     firm_lead: bool = True,
     scores: Mapping[int, float] | None = None,
     cases: Mapping[str, frozenset[str]] | None = None,
+    reasons: dict[int, Mapping[str, float]] | None = None,
 ) -> list[tuple[float, _Line]]:
     """The lines that answer one question: its document's best, another topic's if asked.
 
@@ -1223,6 +1247,7 @@ def _choose(
             topic_only=topic_only,
             repeated=repeated,
             cases=cases,
+            reasons=reasons,
         )
     every = [(scores[id(line)], line) for line in lines]
     scored = _scored_or_first(every, lines)

@@ -67,11 +67,18 @@ class LineModel:
     # sharper than that share was set for. Fitted on whole answers (see the fitting script).
     temperature: float = 1.0
 
+    def contributions(self, features: Mapping[str, float]) -> dict[str, float]:
+        """What each feature adds to the line's linear score (its weight times its centred,
+        scaled value): the "why" of a line."""
+        return {
+            name: weight
+            * (features.get(name, 0.0) - self.means.get(name, 0.0))
+            / (self.scales.get(name, 1.0) or 1.0)
+            for name, weight in self.weights.items()
+        }
+
     def score(self, features: Mapping[str, float]) -> float:
-        z = self.bias
-        for name, weight in self.weights.items():
-            value = features.get(name, 0.0)
-            z += weight * (value - self.means.get(name, 0.0)) / (self.scales.get(name, 1.0) or 1.0)
+        z = self.bias + sum(self.contributions(features).values())
         return math.exp(max(-50.0, min(50.0, z / self.temperature)))
 
 
