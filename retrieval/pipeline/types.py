@@ -18,6 +18,10 @@ QUERY_TYPES: tuple[QueryType, ...] = (
     "original",
 )
 
+# One candidate line of a chunk (`answer.extractive.line_texts`) and its unit vector, as
+# ingestion stored it (retrieval.models.ChunkLine).
+LineVector = tuple[str, tuple[float, ...]]
+
 
 @dataclass(frozen=True)
 class HistoryMessage:
