@@ -60,6 +60,7 @@ from .types import (
     FiredRule,
     HistoryMessage,
     LexiconView,
+    QueryVectors,
     RewriteInput,
     RewriteResult,
     SearchQuery,
@@ -132,7 +133,7 @@ class RetrievalOutcome:
     # hypothetical answer's left out), and the found chunks' stored line vectors by chunk
     # id (the chunks `context_passages` reads): the answer's semantic line feature
     # (`answer.line_similarity`) embeds nothing of its own.
-    query_vectors: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    query_vectors: QueryVectors = field(default_factory=QueryVectors)
     line_vectors: LineVectors = field(default_factory=dict)
 
 
@@ -324,7 +325,9 @@ async def retrieve(
     _ask_back_step(turn, merged, found)
     # The rerank's model call has its own line: "merge" is the fusion and the preferences.
     turn.timings["merge"] = round(_ms(t) - turn.timings.get("rerank", 0.0), 2)
-    query_vectors = {q.text: turn.vectors[q.text] for q in turn.queries if q.text in turn.vectors}
+    query_vectors = QueryVectors(
+        {q.text: turn.vectors[q.text] for q in turn.queries if q.text in turn.vectors}
+    )
     lines = await _line_vectors(turn, scope, engine, passages, merged) if query_vectors else {}
     return RetrievalOutcome(
         masked_question=turn.masked_question,

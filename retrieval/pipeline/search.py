@@ -624,7 +624,7 @@ def unit_vector(vector: Sequence[float]) -> tuple[float, ...]:
 # permission as the searches apply it: the lines of a chunk they may not read never leave the
 # database, whatever ids are asked for. One statement a turn, by the found chunks' ids.
 LINE_VECTORS_SQL = f"""
-    SELECT l.chunk_id, l.text, l.embedding::text
+    SELECT l.chunk_id, l.text, l.embedding::real[]
     FROM retrieval_chunkline l
     JOIN retrieval_chunk c ON c.id = l.chunk_id AND c.collection_id = l.collection_id
     WHERE l.collection_id = %(collection)s AND l.chunk_id = ANY(%(chunks)s::bigint[])
@@ -641,9 +641,9 @@ def line_vectors_fetch(
         return {}
     args = {"collection": scope.collection_id, "chunks": list(chunk_ids), **scope.sql_args()}
     found: dict[int, list[LineVector]] = {}
-    for chunk_id, text, vector in conn.execute(LINE_VECTORS_SQL, args):
-        values = tuple(map(float, vector[1:-1].split(",")))
-        found.setdefault(int(chunk_id), []).append((text, values))
+    # Binary: a real[] comes back as floats without parsing text (a third of the time).
+    for chunk_id, text, vector in conn.execute(LINE_VECTORS_SQL, args, binary=True):
+        found.setdefault(int(chunk_id), []).append((text, tuple(vector)))
     return {chunk_id: tuple(lines) for chunk_id, lines in found.items()}
 
 

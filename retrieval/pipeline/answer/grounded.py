@@ -41,12 +41,9 @@ class Passage:
     line_vectors: tuple[LineVector, ...] = field(default=(), compare=False, repr=False)
 
     @cached_property
-    def _vectors_by_text(self) -> dict[str, Sequence[float]]:
-        return dict(self.line_vectors)
-
-    def line_vector(self, text: str) -> Sequence[float] | None:
-        """The stored unit vector of one of this passage's lines, by its text."""
-        return self._vectors_by_text.get(text) if self.line_vectors else None
+    def line_index(self) -> dict[str, int]:
+        """Each stored line's place in `line_vectors`, by its text."""
+        return {text: i for i, (text, _) in enumerate(self.line_vectors)}
 
 
 LABELS: dict[str, dict[str, str]] = {
