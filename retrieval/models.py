@@ -52,6 +52,9 @@ class Document(models.Model):
     checksum = models.CharField(max_length=64)
     version = models.PositiveIntegerField(default=1)
     embedding_model = models.CharField(max_length=200, blank=True)
+    # How its chunks' answer lines were embedded (ChunkLine; ingestion's LINE_VECTORS_VERSION,
+    # 0: none): a document unchanged since an older way gets its lines again, its chunks kept.
+    lines_version = models.PositiveSmallIntegerField(default=0, db_default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -298,14 +298,36 @@ class _Pending:
 
     def texts(self) -> list[str]:
         """What is embedded for this document: its passages (unless only its lines are
-        missing), then its lines, each cut to CHATRAG_LINE_VECTOR_CHARS."""
-        cut = settings.CHATRAG_LINE_VECTOR_CHARS
+        missing), then its lines, each cut to CHATRAG_LINE_VECTOR_CHARS, with the same
+        title and heading context as its chunk (`line_embedding_text`)."""
+        title = self.source.title
         passages = (
-            []
-            if self.backfill
-            else [embedding_text(self.source.title, d.heading, d.text) for d in self.drafts]
+            [] if self.backfill else [embedding_text(title, d.heading, d.text) for d in self.drafts]
         )
-        return passages + [text[:cut] for lines in self.lines for text in lines]
+        lines = [
+            line_embedding_text(title, draft.heading, text)
+            for draft, texts in zip(self.drafts, self.lines, strict=False)
+            for text in texts
+        ]
+        return passages + lines
+
+
+# How lines are embedded; a document stored with another (Document.lines_version) gets its
+# lines again at the next run, its chunks kept. 1: each line after its title and heading.
+LINE_VECTORS_VERSION = 1
+
+
+def line_embedding_text(title: str, heading: str, line: str) -> str:
+    """What is embedded for an answer line: the line, cut to CHATRAG_LINE_VECTOR_CHARS,
+    after its page title and section heading as its chunk has them (`embedding_text`).
+
+    A line alone is often a fragment of its section ("Sim, com 30 dias de aviso."): with its
+    context, the line holding a judged fact was the similarity's first of its turn's
+    candidate lines .468 of the time on ptes-dev (.355 alone) and .383 on ptes-aurora
+    (.133), scripts/measure_line_similarity.py --context; the context is bounded as the
+    chunk's is (`embedded_context`).
+    """
+    return embedding_text(title, heading, line[: settings.CHATRAG_LINE_VECTOR_CHARS])
 
 
 def chunk_line_texts(source: SourceDocument, draft: ChunkDraft) -> list[str]:
@@ -408,16 +430,6 @@ def documents_ingest(
     size = settings.CHATRAG_EMBEDDING_BATCH
     file_seconds = settings.CHATRAG_INGEST_FILE_SECONDS
     lines_on = settings.CHATRAG_LINE_VECTORS
-    # The documents that have line vectors (one with none was stored before they existed).
-    lined = (
-        set(
-            ChunkLine.objects.filter(collection=collection)
-            .values_list("chunk__document_id", flat=True)
-            .distinct()
-        )
-        if lines_on
-        else set()
-    )
     chunk_partition_ensure(collection=collection)
 
     def flush() -> None:
@@ -477,7 +489,7 @@ def documents_ingest(
             error = f"not ingested: the embedder failed ({report.embedder_error})"
             report.outcomes.append(FileOutcome(item.external_id, "error", error=error))
         elif current is not None and current.checksum == checksum:
-            stored = _without_lines(current, lined) if lines_on else None
+            stored = _without_lines(current) if lines_on else None
             if stored is None:
                 report.outcomes.append(FileOutcome(item.external_id, "unchanged"))
             else:  # stored before line vectors existed: its lines are embedded now
@@ -531,14 +543,25 @@ def documents_ingest(
     return report
 
 
+def lines_outdated(*, collection: Collection) -> bool:
+    """Whether some document of the collection lacks its answer lines the current way (and
+    line vectors are on): its next ingestion run embeds them."""
+    return settings.CHATRAG_LINE_VECTORS and (
+        Document.objects.filter(collection=collection)
+        .exclude(lines_version=LINE_VECTORS_VERSION)
+        .exists()
+    )
+
+
 def _unchanged(pending: _Pending) -> FileOutcome:
     return FileOutcome(pending.source.external_id, "unchanged")
 
 
-def _without_lines(document: Document, lined: set[int]) -> _Pending | None:
-    """An unchanged document's stored chunks, with their lines to embed, when it has no line
-    vectors (stored before they existed); None when it has them or has no lines at all."""
-    if document.pk in lined:
+def _without_lines(document: Document) -> _Pending | None:
+    """An unchanged document's stored chunks, with their lines to embed, when its lines were
+    not embedded the current way (stored before line vectors, or with an older
+    LINE_VECTORS_VERSION); None when they were."""
+    if document.lines_version == LINE_VECTORS_VERSION:
         return None
     source = SourceDocument(
         external_id=document.external_id,
@@ -553,8 +576,6 @@ def _without_lines(document: Document, lined: set[int]) -> _Pending | None:
     )
     drafts = [ChunkDraft(position, heading, text) for _, position, heading, text in chunks]
     lines = [chunk_line_texts(source, d) for d in drafts]
-    if not any(lines):
-        return None
     return _Pending(
         source,
         document.checksum,
@@ -590,6 +611,8 @@ def _write_lines(collection: Collection, pending: _Pending) -> None:
     """Store an unchanged document's line vectors (its chunks stay as they are)."""
     ChunkLine.objects.filter(collection=collection, chunk_id__in=pending.chunks).delete()
     ChunkLine.objects.bulk_create(_line_rows(collection, pending, pending.chunks))
+    assert pending.existing is not None  # a backfill is of a stored document
+    Document.objects.filter(pk=pending.existing.pk).update(lines_version=LINE_VECTORS_VERSION)
 
 
 def _deleted_file_under(source_path: str, roots: Sequence[Path]) -> bool:
@@ -616,6 +639,7 @@ def _write_document(collection: Collection, pending: _Pending, embedder: Embedde
         "language": source.language,
         "checksum": pending.checksum,
         "embedding_model": embedder.name,
+        "lines_version": LINE_VECTORS_VERSION if settings.CHATRAG_LINE_VECTORS else 0,
         "effective_date": source.effective_date,
         "superseded": source.superseded,
         "superseded_by": source.superseded_by,

@@ -3,8 +3,8 @@
 The chunk's foreign key is declared in SQL: `retrieval_chunk` is partitioned by collection, so
 its primary key is (id, collection_id) and a key referencing it names both; ON DELETE CASCADE,
 so a replaced or deleted chunk takes its lines (Django's model says DO_NOTHING and leaves it
-to the database). Documents ingested before this get their lines at the next ingestion run
-(docs/ingestion.md).
+to the database). Documents ingested before this (`lines_version` 0) get their lines at the
+next ingestion run (docs/ingestion.md).
 """
 
 import django.db.models.deletion
@@ -25,6 +25,11 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AddField(
+            model_name="document",
+            name="lines_version",
+            field=models.PositiveSmallIntegerField(db_default=0, default=0),
+        ),
         migrations.CreateModel(
             name="ChunkLine",
             fields=[

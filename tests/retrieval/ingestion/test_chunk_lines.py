@@ -8,6 +8,7 @@ next run; what is embedded per chunk is bounded (issue 38).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -17,8 +18,14 @@ import pytest
 from chatrag.dev.fakes import HashingEmbedder
 from retrieval.embeddings import Vector
 from retrieval.ingestion.chunking import Section
-from retrieval.ingestion.services import SourceDocument, collection_get_or_create, documents_ingest
-from retrieval.models import Chunk, ChunkLine
+from retrieval.ingestion.services import (
+    LINE_VECTORS_VERSION,
+    SourceDocument,
+    collection_get_or_create,
+    documents_ingest,
+    line_embedding_text,
+)
+from retrieval.models import Chunk, ChunkLine, Document
 from retrieval.pipeline.answer import Passage, line_texts
 
 POLICY = (
@@ -106,7 +113,9 @@ def test_ingestion_stores_one_unit_vector_per_answer_line_of_each_chunk(settings
         for line in stored[chunk.id]:
             vector = [float(x) for x in line.embedding]
             assert math.sqrt(sum(x * x for x in vector)) == pytest.approx(1.0, abs=1e-3)
-            want = reference.embed_passages([line.text])[0]
+            # The line after its page title and section heading, as its chunk is embedded.
+            context = line_embedding_text(chunk.document.title, chunk.heading, line.text)
+            want = reference.embed_passages([context])[0]
             assert vector == pytest.approx(want, abs=2e-3)  # half precision
     assert report.lines_embedded == sum(len(lines) for lines in stored.values())
     every = [line.text for lines in stored.values() for line in lines]
@@ -155,7 +164,9 @@ def test_a_document_stored_before_line_vectors_gets_them_on_the_next_run() -> No
     )
     chunks = list(Chunk.objects.filter(collection=collection).values_list("id", "embedding"))
     full = {k: [line.text for line in v] for k, v in _stored(collection).items()}
-    ChunkLine.objects.filter(chunk__document__external_id="reembolso").delete()  # as before 0011
+    # As a database from before line vectors has it: no lines, its documents at version 0.
+    ChunkLine.objects.filter(chunk__document__external_id="reembolso").delete()
+    Document.objects.filter(external_id="reembolso").update(lines_version=0)
 
     embedder.texts.clear()
     report = documents_ingest(
@@ -165,7 +176,9 @@ def test_a_document_stored_before_line_vectors_gets_them_on_the_next_run() -> No
     )
     assert report.count("unchanged") == 2 and report.chunks_embedded == 0
     # Only the missing document's lines were embedded; its chunks are the same rows.
-    assert sorted(embedder.texts) == sorted(t for k, v in full.items() for t in v if k != max(full))
+    embedded = [t.rsplit("\n", 1)[-1] for t in embedder.texts]  # the lines, context left out
+    assert sorted(embedded) == sorted(t for k, v in full.items() for t in v if k != max(full))
+    assert Document.objects.get(external_id="reembolso").lines_version == LINE_VECTORS_VERSION
     assert list(Chunk.objects.filter(collection=collection).values_list("id", "embedding")) == [
         (i, pytest.approx(e)) for i, e in chunks
     ]
@@ -182,7 +195,9 @@ def test_what_a_chunk_embeds_for_its_lines_is_bounded(settings: Any) -> None:
     documents_ingest(collection=collection, sources=[_source(many)], embedder=embedder)
     stored = _stored(collection)
     assert stored and all(len(lines) <= 3 for lines in stored.values())
-    line_texts_embedded = [t for t in embedder.texts if "item de número" in t and "\n" not in t]
+    line_texts_embedded = [
+        t.rsplit("\n", 1)[-1] for t in embedder.texts if t.count("item de número") == 1
+    ]
     assert line_texts_embedded and all(len(t) <= 30 for t in line_texts_embedded)
     # The stored text stays the whole line (the answer looks it up by it).
     assert any(len(line.text) > 30 for lines in stored.values() for line in lines)
@@ -196,3 +211,34 @@ def test_without_line_vectors_nothing_more_is_embedded(settings: Any) -> None:
     report = documents_ingest(collection=collection, sources=[_source()], embedder=embedder)
     assert len(embedder.texts) == report.chunks_embedded
     assert not ChunkLine.objects.filter(collection=collection).exists()
+
+
+@pytest.mark.django_db
+def test_an_evaluation_corpus_stored_before_line_vectors_gets_them_and_keeps_its_chunks(
+    tmp_path: Any,
+) -> None:
+    from conversations.quality.datasets import evaluation_collection_load
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(
+        json.dumps({"id": "d1", "title": "Reembolso", "text": POLICY, "lang": "pt"}) + "\n",
+        encoding="utf-8",
+    )
+    first = evaluation_collection_load(corpus=corpus, embedder=RecordingEmbedder())
+    collection = first.collection
+    chunks = sorted(Chunk.objects.filter(collection=collection).values_list("id", flat=True))
+    assert ChunkLine.objects.filter(collection=collection).exists()
+    assert evaluation_collection_load(corpus=corpus, embedder=RecordingEmbedder()).reused
+    # As migrated from before line vectors: no lines, version 0. The corpus is not reused as
+    # it is: its lines are embedded, its chunks are the same rows.
+    ChunkLine.objects.filter(collection=collection).delete()
+    Document.objects.filter(collection=collection).update(lines_version=0)
+    embedder = RecordingEmbedder()
+    again = evaluation_collection_load(corpus=corpus, embedder=embedder)
+    assert not again.reused and again.report is not None
+    assert again.report.chunks_embedded == 0 and again.report.lines_embedded > 0
+    assert (
+        sorted(Chunk.objects.filter(collection=collection).values_list("id", flat=True)) == chunks
+    )
+    assert ChunkLine.objects.filter(collection=collection).count() == again.report.lines_embedded
+    assert evaluation_collection_load(corpus=corpus, embedder=RecordingEmbedder()).reused
