@@ -109,26 +109,34 @@ def passages_from_hits(
     ]
 
 
-def context_chunk_ids(
-    shown: Sequence[MergedHit], merged: Sequence[MergedHit], *, per_document: int = 6
-) -> list[int]:
-    """The chunk ids `context_passages` reads, in its order (whose line vectors to fetch)."""
-    documents = {item.hit.document_id for item in shown}
-    ids = [item.hit.chunk_id for item in shown]
-    taken = {
-        document: sum(1 for i in shown if i.hit.document_id == document) for document in documents
-    }
-    seen = set(ids)
+def _other_sections(
+    shown: Sequence[MergedHit], merged: Sequence[MergedHit], per_document: int
+) -> list[MergedHit]:
+    """The found chunks of the shown documents that were not shown, best first, until each
+    document has `per_document` chunks in all (`context_passages` reads them)."""
+    taken: dict[int, int] = {}
+    for item in shown:
+        taken[item.hit.document_id] = taken.get(item.hit.document_id, 0) + 1
+    seen = {item.hit.chunk_id for item in shown}
+    out: list[MergedHit] = []
     for item in merged:
         hit = item.hit
-        if hit.document_id not in documents or hit.chunk_id in seen:
+        if hit.document_id not in taken or hit.chunk_id in seen:
             continue
         if taken[hit.document_id] >= per_document:
             continue
         seen.add(hit.chunk_id)
         taken[hit.document_id] += 1
-        ids.append(hit.chunk_id)
-    return ids
+        out.append(item)
+    return out
+
+
+def context_chunk_ids(
+    shown: Sequence[MergedHit], merged: Sequence[MergedHit], *, per_document: int = 6
+) -> list[int]:
+    """The chunk ids `context_passages` reads, in its order (whose line vectors to fetch)."""
+    others = _other_sections(shown, merged, per_document)
+    return [item.hit.chunk_id for item in [*shown, *others]]
 
 
 def context_passages(
@@ -148,21 +156,13 @@ def context_passages(
     vectors = line_vectors or {}
     out = passages_from_hits(shown, vectors)
     card: dict[int, int] = {}
-    taken: dict[int, int] = {}
     for number, item in enumerate(shown, start=1):
         card.setdefault(item.hit.document_id, number)
-        taken[item.hit.document_id] = taken.get(item.hit.document_id, 0) + 1
-    seen = {item.hit.chunk_id for item in shown}
-    for item in merged:
+    for item in _other_sections(shown, merged, per_document):
         hit = item.hit
-        card_number = card.get(hit.document_id)
-        if card_number is None or hit.chunk_id in seen or taken[hit.document_id] >= per_document:
-            continue
-        seen.add(hit.chunk_id)
-        taken[hit.document_id] += 1
         out.append(
             Passage(
-                card_number,
+                card[hit.document_id],
                 hit.title,
                 hit.heading,
                 hit.text,
