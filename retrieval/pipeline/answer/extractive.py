@@ -423,7 +423,9 @@ def line_similarity(
     return float(_similarities(passage, queries)[index])
 
 
-@lru_cache(maxsize=256)
+# A turn reads at most 36 passages (6 documents, 6 chunks each); the cache keeps their
+# vectors alive (about 12 kB a line as Python floats), so it holds little more than a turn's.
+@lru_cache(maxsize=48)
 def _similarities(passage: Passage, queries: QueryVectors) -> npt.NDArray[np.float32]:
     """Each stored line's best cosine with the queries (a turn's passages, while it lasts)."""
     lines = np.array([vector for _, vector in passage.line_vectors], dtype=np.float32)
