@@ -349,6 +349,17 @@ CHATRAG_INGEST_PART_FILES = env_int("CHATRAG_INGEST_PART_FILES", 32, minimum=1)
 # of full length take about 2-3 minutes on one core with the local engine.
 CHATRAG_INGEST_FILE_SECONDS = env_float("CHATRAG_INGEST_FILE_SECONDS", 300.0, minimum=0.0)
 CHATRAG_EMBEDDING_TIMEOUT = env_float("CHATRAG_EMBEDDING_TIMEOUT", 30.0, minimum=0.1)
+# Each chunk's candidate answer lines are embedded too (retrieval.models.ChunkLine: the
+# extractive answer's semantic feature, no embedding per turn). Bounded like every text
+# ingestion embeds (issue 38): at most this many lines a chunk (a 1,200-character chunk
+# splits into 5-15 lines; 40 holds a list of short items, and a page of 200 one-word
+# items costs 40 embeddings, not 200) and this many characters of each line (about 130
+# tokens: the engine's time grows faster than a text's tokens; a table row rendered with
+# its column names may run past its chunk). A line past the first is still an answer line,
+# without the feature. Off: nothing is embedded or stored beyond the chunks.
+CHATRAG_LINE_VECTORS = env_bool("CHATRAG_LINE_VECTORS", True)
+CHATRAG_LINE_VECTORS_PER_CHUNK = env_int("CHATRAG_LINE_VECTORS_PER_CHUNK", 40, minimum=1)
+CHATRAG_LINE_VECTOR_CHARS = env_int("CHATRAG_LINE_VECTOR_CHARS", 500, minimum=20)
 
 # Chat model: empty = no model server (rule rewrite + extractive answers).
 CHATRAG_LLM_BACKEND = env_str("CHATRAG_LLM_BACKEND")  # e.g. retrieval.pipeline.llm.OllamaChat

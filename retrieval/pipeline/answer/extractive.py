@@ -31,9 +31,11 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence, Set
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 
+import numpy as np
+import numpy.typing as npt
 from text_to_num import alpha2digit
 
 from ..asks import COUNTING_WORDS, CUE_WORDS, AnswerKind, answer_kind
@@ -52,7 +54,7 @@ from ..text import (
     token_spans,
 )
 from ..tuning import tuning
-from ..types import HistoryMessage, RewriteResult
+from ..types import HistoryMessage, QueryVectors, RewriteResult
 from .grounded import Passage, label
 from .line_model import line_model, recorder
 
@@ -385,6 +387,55 @@ def _whole_sentences(lines: list[_Line]) -> list[_Line]:
     return out
 
 
+def line_texts(passage: Passage, language: str) -> list[str]:
+    """The texts of the candidate lines the answer scores for this passage, in order.
+
+    Ingestion embeds exactly these (one vector each, `Passage.line_vectors` at answer
+    time). `_whole_sentences` is the one step that looks across passages: a chunk's cut
+    opening fragment is dropped when another found passage holds its whole sentence, and
+    shown as "…fragment" otherwise. Split alone, the passage keeps that line as
+    "…fragment": the answer's line is then either that very text or no line at all, so
+    every line the answer scores has its stored vector.
+    """
+    return [line.text for line in _whole_sentences(_lines(passage, 0, language))]
+
+
+def line_similarity(
+    line_text: str, passage: Passage, query_vectors: Mapping[str, Sequence[float]]
+) -> float | None:
+    """The line's best cosine similarity with the turn's searched queries (their vectors by
+    query text: `RetrievalOutcome.query_vectors`); None when the passage has no stored vector
+    for the line or there are no query vectors.
+
+    Both sides are unit vectors (the search layer normalises them), so the cosine is a dot
+    product. A passage's lines are compared with the queries at once, on the first of its
+    lines asked (numpy: about 0.3 ms for 80 lines and 3 queries, 2 % of the pure-Python
+    loop's), then each line is a lookup.
+    """
+    index = passage.line_index.get(line_text) if passage.line_vectors else None
+    if index is None or not query_vectors:
+        return None
+    queries = (
+        query_vectors if isinstance(query_vectors, QueryVectors) else QueryVectors(query_vectors)
+    )
+    return float(_similarities(passage, queries)[index])
+
+
+# A turn reads at most 36 passages (6 documents, 6 chunks each); the cache keeps their
+# vectors alive (about 12 kB a line as Python floats), so it holds little more than a turn's.
+@lru_cache(maxsize=48)
+def _similarities(passage: Passage, queries: QueryVectors) -> npt.NDArray[np.float32]:
+    """Each stored line's best cosine with the queries (a turn's passages, while it lasts)."""
+    lines = np.array([vector for _, vector in passage.line_vectors], dtype=np.float32)
+    best: npt.NDArray[np.float32] = (lines @ _query_matrix(queries).T).max(axis=1)
+    return best
+
+
+@lru_cache(maxsize=16)
+def _query_matrix(queries: QueryVectors) -> npt.NDArray[np.float32]:
+    return np.array(list(queries.values()), dtype=np.float32)
+
+
 def _question_terms(
     question: str, queries: Sequence[str], rewrite: RewriteResult | None, language: str
 ) -> dict[str, float]:
@@ -670,6 +721,7 @@ def extractive_answer(
     rankings: Mapping[str, Sequence[str]] | None = None,
     history: Sequence[HistoryMessage] = (),
     lead: str | None = None,
+    query_vectors: Mapping[str, Sequence[float]] | None = None,
 ) -> str:
     """The extractive answer's text (`extractive_choice` has its lines and scores)."""
     return extractive_choice(
@@ -683,6 +735,7 @@ def extractive_answer(
         rankings=rankings,
         history=history,
         lead=lead,
+        query_vectors=query_vectors,
     ).text
 
 
@@ -698,6 +751,7 @@ def extractive_choice(
     rankings: Mapping[str, Sequence[str]] | None = None,
     history: Sequence[HistoryMessage] = (),
     lead: str | None = None,
+    query_vectors: Mapping[str, Sequence[float]] | None = None,
 ) -> ExtractiveAnswer:
     """Answer with the passages' own lines that answer the question (see the module doc).
 
@@ -707,7 +761,9 @@ def extractive_choice(
     a split message trusts its own search, not the fused one. `history` is the masked
     window (its last reply's words find what the reply said). `lead` is a document the
     search put first on purpose (a version, a country or company terms the turn named): it
-    answers.
+    answers. `query_vectors` are the searched queries' unit vectors by text
+    (`RetrievalOutcome.query_vectors`): with the passages' stored line vectors they give a
+    line's semantic similarity to the question (`line_similarity`), embedding nothing.
     """
     if not passages:
         return ExtractiveAnswer(label("nothing", language), not_found=True)
@@ -725,7 +781,7 @@ def extractive_choice(
         )
     idf = _idf(lines, df, n_chunks, language)
     context = {id(p): _stems(p.heading, language) | _stems(p.title, language) for p in passages}
-    question_at = _Question(question, queries, rewrite, language, history)
+    question_at = _Question(question, queries, rewrite, language, history, query_vectors or {})
     parts = _sub_questions(question, rewrite)
     judged = _same_language(passages, language)
     if len(parts) >= 2:
@@ -754,6 +810,8 @@ class _Question:
     rewrite: RewriteResult | None
     language: str
     history: Sequence[HistoryMessage]
+    # The searched queries' unit vectors by text, for `line_similarity`.
+    vectors: Mapping[str, Sequence[float]] = field(default_factory=dict)
 
 
 def _answer_one(
