@@ -561,6 +561,7 @@ def _line_features(
         "figure": float(figure),
         "figure_topic_only": float(figure and topic_only),
         "meta": float(bool(_META.search(norm))),
+        "emphasis": float(bool(_EMPHASIS.search(line.text))),
         "page_rank": float(min(line.rank, 4)),
         "line_order": min(line.order, 10) / 10,
         "later_chunk": float(line.passage.position > 0),
@@ -570,6 +571,26 @@ def _line_features(
         "row": float(line.table >= 0),
         "repeated": float(repeated),
     }
+
+
+def _add_semantic(
+    lines: Sequence[_Line], rows: Sequence[dict[str, float]], vectors: Mapping[str, Sequence[float]]
+) -> None:
+    """Each line's `semantic` (its best cosine with the searched queries) and `semantic_gap`
+    (how far below the answer's best line's it is). A line without a stored vector (none
+    from before the line vectors, or past a chunk's limit) counts as the answer's mean, so
+    that it is neither lifted nor sunk by what was not measured."""
+    if not vectors:
+        return
+    found = [line_similarity(line.text, line.passage, vectors) for line in lines]
+    known = [value for value in found if value is not None]
+    if not known:
+        return
+    mean = sum(known) / len(known)
+    best = max(known)
+    for row, value in zip(rows, found, strict=True):
+        row["semantic"] = mean if value is None else value
+        row["semantic_gap"] = best - row["semantic"]
 
 
 def _relevant(line: _Line, terms: Mapping[str, float], heading_stems: frozenset[str]) -> bool:
@@ -589,10 +610,12 @@ def _scores(
     repeated: Set[int] = frozenset(),
     cases: Mapping[str, frozenset[str]] | None = None,
     reasons: dict[int, Mapping[str, float]] | None = None,
+    vectors: Mapping[str, Sequence[float]] | None = None,
 ) -> dict[int, float]:
     """Every line's score for one question, by the line's identity: the line model's score
     (0 for a line no searched word leads to). `reasons`, when given, receives each scored
-    line's feature contributions (`LineModel.contributions`)."""
+    line's feature contributions (`LineModel.contributions`). `vectors`: the searched
+    queries' vectors, which with the passages' stored line vectors give `semantic`."""
     rows = [
         _line_features(
             line,
@@ -609,6 +632,7 @@ def _scores(
     # country, abroad for home) is no candidate while a line that is not answers.
     other = {id(line) for line in lines if cases and _other_case(line, cases)}
     best_own = max((r["own_line"] for r in rows), default=0.0) or 1.0
+    _add_semantic(lines, rows, vectors or {})
     model = line_model()
     out: dict[int, float] = {}
     for line, row in zip(lines, rows, strict=True):
@@ -789,7 +813,16 @@ def extractive_choice(
         shown = _spelled(question, rewrite, lines)  # the opening line repeats it
         reasons: dict[int, Mapping[str, float]] = {}
         chosen = _answer_parts(
-            parts, lines, passages, order, rankings or {}, idf, context, language, reasons
+            parts,
+            lines,
+            passages,
+            order,
+            rankings or {},
+            idf,
+            context,
+            language,
+            reasons,
+            query_vectors,
         )
         subject = _joined_subjects(shown, language, len(parts))
         text = _render(shown, language, None, chosen, subject=subject)
@@ -846,6 +879,7 @@ def _answer_one(
         topic_only=_names_only_its_topic(terms, context[id(passages[0])], rewrite, language),
         cases=_cases(" ".join([question.text, *question.queries])),
         reasons=reasons,
+        vectors=question.vectors,
     )
     shown = _spelled(question.text, rewrite, lines)  # the opening line repeats it
     text = _render(shown, language, kind, chosen)
@@ -1037,16 +1071,26 @@ def _answer_parts(
     context: Mapping[int, frozenset[str]],
     language: str,
     reasons: dict[int, Mapping[str, float]] | None = None,
+    vectors: Mapping[str, Sequence[float]] | None = None,
 ) -> list[tuple[float, _Line]]:
     """The lines that answer each question of a split message, two each, in turn (each
-    scored line's feature contributions into `reasons`)."""
+    scored line's feature contributions into `reasons`; `vectors` the searched queries')."""
     asked: list[_Part] = []
     for text in parts:
         own = _part_order(order, rankings.get(text, ()))
         part_lines = lines if own == order else _reranked(lines, own)
         terms = _question_terms(text, [], None, language)
         kind = answer_kind(text)
-        scores = _scores(part_lines, terms, idf, kind, context, cases=_cases(text), reasons=reasons)
+        scores = _scores(
+            part_lines,
+            terms,
+            idf,
+            kind,
+            context,
+            cases=_cases(text),
+            reasons=reasons,
+            vectors=vectors,
+        )
         fit = _relative_fit(scores, part_lines)
         lead = min(own, key=own.__getitem__)
         asked.append(_Part(part_lines, terms, kind, lead, scores, fit))
@@ -1211,8 +1255,12 @@ def _primary_document(contest: _Contest, *, lead: str | None, firm_lead: bool) -
         # de voo em viagem conta como extra" ranked the hours bank, which never says "voo"
         # nor "viagem"): a page that says all of them may answer it instead.
         lacks = contest.unsaid(primary)
-        if lacks and not lacks & contest.unsaid(challenger):
-            lead = None
+        if (
+            lacks
+            and not lacks & contest.unsaid(challenger)
+            and speaks[challenger] >= speaks[primary]
+        ):
+            return challenger
     # One part of a split message keeps the document its own search ranked first. Another
     # document leads only when it says one of the person's own words at least: the words
     # the rewrite carried from the conversation ranked the documents already ("quanto sai
@@ -1284,6 +1332,7 @@ def _choose(
     scores: Mapping[int, float] | None = None,
     cases: Mapping[str, frozenset[str]] | None = None,
     reasons: dict[int, Mapping[str, float]] | None = None,
+    vectors: Mapping[str, Sequence[float]] | None = None,
 ) -> list[tuple[float, _Line]]:
     """The lines that answer one question: its document's best, another topic's if asked.
 
@@ -1306,6 +1355,7 @@ def _choose(
             repeated=repeated,
             cases=cases,
             reasons=reasons,
+            vectors=vectors,
         )
     every = [(scores[id(line)], line) for line in lines]
     scored = _scored_or_first(every, lines)

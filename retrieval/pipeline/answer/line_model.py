@@ -39,6 +39,7 @@ FEATURES: dict[str, str] = {
     "figure": "no kind asked, and the line has a figure, an address or a threshold",
     "figure_topic_only": "the question names only its topic and the line has a figure",
     "meta": "the line talks about the page itself (who approves it, when it was revised)",
+    "emphasis": "the line sets words in bold or underline (its page's authors stress them)",
     "page_rank": "its page's place among those found, 0 first, capped at 4",
     "line_order": "its place in its passage, capped at 10, over 10",
     "later_chunk": "its passage is not its document's first",
@@ -47,7 +48,8 @@ FEATURES: dict[str, str] = {
     "item": "an item of a list a line introduces",
     "row": "a table row",
     "repeated": "an earlier reply said most of it already",
-    "semantic": "cosine between the searched queries and the line (stored line vectors), 0 without",
+    "semantic": "the line's best cosine with the searched queries (stored line vectors)",
+    "semantic_gap": "how far its semantic is below the best line's in this answer",
 }
 
 
