@@ -369,6 +369,17 @@ if (
         "CHATRAG_INGEST_JOB_HARD_SECONDS must be longer than CHATRAG_INGEST_JOB_SECONDS (the "
         "soft limit), or 0 for none: the hard limit kills what the soft one could not stop"
     )
+# Each chunk's candidate answer lines are embedded too (retrieval.models.ChunkLine: the
+# extractive answer's semantic feature, no embedding per turn). Bounded like every text
+# ingestion embeds (issue 38): at most this many lines a chunk (a 1,200-character chunk
+# splits into 5-15 lines; 40 holds a list of short items, and a page of 200 one-word
+# items costs 40 embeddings, not 200) and this many characters of each line (about 130
+# tokens: the engine's time grows faster than a text's tokens; a table row rendered with
+# its column names may run past its chunk). A line past the first is still an answer line,
+# without the feature. Off: nothing is embedded or stored beyond the chunks.
+CHATRAG_LINE_VECTORS = env_bool("CHATRAG_LINE_VECTORS", True)
+CHATRAG_LINE_VECTORS_PER_CHUNK = env_int("CHATRAG_LINE_VECTORS_PER_CHUNK", 40, minimum=1)
+CHATRAG_LINE_VECTOR_CHARS = env_int("CHATRAG_LINE_VECTOR_CHARS", 500, minimum=20)
 
 # Chat model: empty = no model server (rule rewrite + extractive answers).
 CHATRAG_LLM_BACKEND = env_str("CHATRAG_LLM_BACKEND")  # e.g. retrieval.pipeline.llm.OllamaChat

@@ -448,6 +448,21 @@ class TraceAnswerLine:
     score: float
     page_rank: int
     says: tuple[str, ...]
+    # The line model's features that weighed most, with what each added (names only).
+    features: tuple[tuple[str, float], ...] = ()
+
+
+def _features(value: object) -> tuple[tuple[str, float], ...]:
+    """A stored line's `[[name, value], ...]`; anything else is left out."""
+    if not isinstance(value, list):
+        return ()
+    out = []
+    for item in value:
+        if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str):
+            number = _number(item[1])
+            if number is not None:
+                out.append((item[0], number))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -473,6 +488,7 @@ class TraceAnswer:
                     score=_number(line.get("score")) or 0.0,
                     page_rank=int(_number(line.get("page_rank")) or 0),
                     says=_strings(line.get("says")),
+                    features=_features(line.get("features")),
                 )
                 for line in _dicts(data.get("lines"))
             ),

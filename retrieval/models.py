@@ -10,7 +10,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.contrib.postgres.search import SearchVectorField
 from django.db import models
-from pgvector.django import HnswIndex, VectorField
+from pgvector.django import HalfVectorField, HnswIndex, VectorField
 
 
 class Collection(models.Model):
@@ -52,6 +52,9 @@ class Document(models.Model):
     checksum = models.CharField(max_length=64)
     version = models.PositiveIntegerField(default=1)
     embedding_model = models.CharField(max_length=200, blank=True)
+    # How its chunks' answer lines were embedded (ChunkLine; ingestion's LINE_VECTORS_VERSION,
+    # 0: none): a document unchanged since an older way gets its lines again, its chunks kept.
+    lines_version = models.PositiveSmallIntegerField(default=0, db_default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -104,6 +107,41 @@ class Chunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.document_id}#{self.position}"
+
+
+class ChunkLine(models.Model):
+    """One candidate answer line of a chunk (`answer.line_texts`) and its embedding.
+
+    The extractive answer's semantic feature compares these with the turn's query vectors:
+    written at ingestion, so a turn embeds nothing more. Half precision (`halfvec`): 2 bytes
+    a dimension, half a `vector`'s, and the cosine moves by about 0.001. No ANN index: lines
+    are read by chunk id only. The chunk's foreign key is the partitioned table's primary key
+    (id, collection_id), ON DELETE CASCADE in the database (migration 0011): a replaced or
+    deleted chunk takes its lines with it.
+    """
+
+    chunk = models.ForeignKey(
+        Chunk,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,  # the (chunk, position) unique index serves lookups by chunk
+        related_name="lines",
+    )
+    collection = models.ForeignKey(
+        Collection, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    position = models.PositiveIntegerField()
+    text = models.TextField()  # the line's text as the answer splits it (the lookup key)
+    embedding = HalfVectorField(dimensions=settings.CHATRAG_EMBEDDING_DIM)
+
+    class Meta:
+        ordering = ["chunk_id", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["chunk", "position"], name="chunkline_unique_position")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.chunk_id}.{self.position}"
 
 
 class GlossaryEntry(models.Model):

@@ -49,6 +49,12 @@ def main() -> None:
         help="share of the answerable turns' judged facts that refusals may hold (default 0: "
         "refuse no answerable turn)",
     )
+    parser.add_argument(
+        "--min-precision",
+        type=float,
+        default=0.0,
+        help="share of the refusals that must be of unanswerable turns (issue 35 asks .80)",
+    )
     args = parser.parse_args()
     good, bad = answers(args.answerable), answers(args.unanswerable)
     if not good or not bad:
@@ -62,7 +68,10 @@ def main() -> None:
             f"{row['threshold']:>9.2f}  {row['recall']:>21.3f}  {row['refused_answerable']:>18}"
             f"  {row['facts_at_risk']:>13.3f}  {precision:>9}"
         )
-    print(f"NOT_FOUND_COVERAGE = {not_found_threshold(table, facts_budget=args.facts_budget):.2f}")
+    threshold = not_found_threshold(
+        table, facts_budget=args.facts_budget, min_precision=args.min_precision
+    )
+    print(f"NOT_FOUND_COVERAGE = {threshold:.2f}")
 
 
 if __name__ == "__main__":

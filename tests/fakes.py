@@ -14,6 +14,7 @@ from typing import Any, Literal
 from retrieval.pipeline.fusion import Hit
 from retrieval.pipeline.llm import ChatMessage
 from retrieval.pipeline.search import Scope, SearchCall, SearchParams, SearchRequest
+from retrieval.pipeline.types import LineVector
 
 
 @dataclass(frozen=True)
@@ -116,3 +117,9 @@ class FakeSearcher:
         vectors = embed()
         with_vectors = [replace(r, vector=tuple(v)) for r, v in zip(requests, vectors, strict=True)]
         return self.search_many(with_vectors, scope, params)
+
+    def line_vectors(
+        self, chunk_ids: Sequence[int], scope: Scope, *, call: SearchCall | None = None
+    ) -> dict[int, tuple[LineVector, ...]]:
+        """No stored line vectors (the answer then chooses its lines without them)."""
+        return {}

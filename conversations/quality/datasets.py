@@ -19,6 +19,7 @@ from retrieval.ingestion.services import (
     SourceDocument,
     collection_get_or_create,
     documents_ingest,
+    lines_outdated,
     sources_from_paths,
     version_fields,
 )
@@ -147,7 +148,13 @@ def evaluation_collection_load(
     collection = collection_get_or_create(
         slug=slug, name=f"Evaluation: {corpus}", is_evaluation=True
     )
-    reused = collection.source_checksum == checksum and collection.embedding_model == embedder.name
+    reused = (
+        collection.source_checksum == checksum
+        and collection.embedding_model == embedder.name
+        # Documents stored before answer-line vectors (or an older way of them) get theirs:
+        # the ingestion below embeds only those lines, every unchanged chunk kept.
+        and not lines_outdated(collection=collection)
+    )
     report = None
     if not reused:
         if not total:

@@ -367,7 +367,7 @@ async def answer_row(
     and 120 words), the ceiling (facts in the first one and three pages the answer could
     read), whether it says the pages hold nothing, words, reference token recall."""
     started = time.perf_counter()
-    not_found, coverage = False, None
+    not_found, coverage, best = False, None, None
     if row["clarified"] and row["clarification"]:
         text, extractive = row["clarification"]["question"], False
     elif not row["searched"]:
@@ -378,6 +378,7 @@ async def answer_row(
         )
         text, extractive = answer.text, answer.kind != "model"
         not_found, coverage = answer.not_found, answer.coverage
+        best = max((line.score for line in answer.lines), default=None)
     build_ms = (time.perf_counter() - started) * 1000
     shown = _rendered(text)
     facts = task.expected_answer_contains
@@ -386,6 +387,7 @@ async def answer_row(
         "text": text,
         "not_found": not_found,
         "coverage": coverage,
+        "best_line_score": best,  # the line model's score of the answer's best line
         "expect_no_answer": task.expect_no_answer,
         "extractive": extractive,
         "words": word_count(text),

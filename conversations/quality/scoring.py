@@ -215,13 +215,20 @@ def not_found_table(
     return out
 
 
-def not_found_threshold(table: Sequence[Mapping[str, Any]], *, facts_budget: float = 0.0) -> float:
+def not_found_threshold(
+    table: Sequence[Mapping[str, Any]],
+    *,
+    facts_budget: float = 0.0,
+    min_precision: float = 0.0,
+) -> float:
     """The largest threshold whose refused answerable turns hold at most `facts_budget` of
-    the judged facts and refuse none without facts beyond it (0: refuse no answerable turn)."""
+    the judged facts and refuse none without facts beyond it (0: refuse no answerable turn),
+    and whose refusals are right at least `min_precision` of the time."""
     fitting = [
         row["threshold"]
         for row in table
         if row["facts_at_risk"] <= facts_budget
         and (facts_budget > 0 or row["refused_answerable"] == 0)
+        and (row["precision"] is None or row["precision"] >= min_precision)
     ]
     return max(fitting, default=0.0)

@@ -385,7 +385,7 @@ def _reports_merge(
     """Add the parts' reports up into one, shaped like a single run's."""
     merged: dict[str, Any] = {
         key: sum(int(r.get(key, 0)) for r in reports)
-        for key in ("added", "updated", "unchanged", "removed", "chunks_embedded")
+        for key in ("added", "updated", "unchanged", "removed", "chunks_embedded", "lines_embedded")
     }
     merged["errors"] = [*listed, *(e for r in reports for e in r.get("errors", []))]
     merged["seconds"] = round(max((float(r.get("seconds", 0)) for r in reports), default=0.0), 2)

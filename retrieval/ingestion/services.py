@@ -31,9 +31,14 @@ from django.contrib.auth.models import Group
 from django.db import IntegrityError, connection, transaction
 
 from retrieval.embeddings import Embedder, EmbeddingError
-from retrieval.models import Chunk, Collection, Document
+from retrieval.models import Chunk, ChunkLine, Collection, Document
 from retrieval.partitions import partition_analyze, partition_ensure
-from retrieval.pipeline.search import VOCABULARY_REBUILD_SQL, text_search_config_for
+from retrieval.pipeline.answer import Passage, line_texts
+from retrieval.pipeline.search import (
+    VOCABULARY_REBUILD_SQL,
+    text_search_config_for,
+    unit_vector,
+)
 from retrieval.services import default_language
 
 from .chunking import ChunkDraft, Section, chunk_sections, embedded_context
@@ -78,6 +83,7 @@ class FileOutcome:
 class IngestReport:
     outcomes: list[FileOutcome] = field(default_factory=list)
     chunks_embedded: int = 0
+    lines_embedded: int = 0  # answer lines (ChunkLine), embedded with the chunks
     embed_seconds: float = 0.0
     seconds: float = 0.0
     embedder_error: str = ""  # set when the embedder failed and the run stopped embedding
@@ -97,6 +103,7 @@ class IngestReport:
             "removed": self.count("removed"),
             "errors": [{"document": o.external_id, "error": o.error} for o in self.errors],
             "chunks_embedded": self.chunks_embedded,
+            "lines_embedded": self.lines_embedded,
             "embed_seconds": round(self.embed_seconds, 2),
             "seconds": round(self.seconds, 2),
             **({"embedder_error": self.embedder_error} if self.embedder_error else {}),
@@ -281,6 +288,63 @@ class _Pending:
     existing: Document | None
     drafts: list[ChunkDraft]
     vectors: list[list[float]] = field(default_factory=list)
+    # Each draft's answer lines (`chunk_line_texts`) and, once embedded, their vectors in
+    # the same order, all drafts' after one another.
+    lines: list[list[str]] = field(default_factory=list)
+    line_vectors: list[list[float]] = field(default_factory=list)
+    # An unchanged document stored before line vectors existed: only its lines are embedded
+    # and written (`chunks` are its stored chunks' ids, in the drafts' order).
+    backfill: bool = False
+    chunks: list[int] = field(default_factory=list)
+
+    def texts(self) -> list[str]:
+        """What is embedded for this document: its passages (unless only its lines are
+        missing), then its lines, each cut to CHATRAG_LINE_VECTOR_CHARS, with the same
+        title and heading context as its chunk (`line_embedding_text`)."""
+        title = self.source.title
+        passages = (
+            [] if self.backfill else [embedding_text(title, d.heading, d.text) for d in self.drafts]
+        )
+        lines = [
+            line_embedding_text(title, draft.heading, text)
+            for draft, texts in zip(self.drafts, self.lines, strict=False)
+            for text in texts
+        ]
+        return passages + lines
+
+
+# How lines are embedded; a document stored with another (Document.lines_version) gets its
+# lines again at the next run, its chunks kept. 1: each line after its title and heading.
+LINE_VECTORS_VERSION = 1
+
+
+def line_embedding_text(title: str, heading: str, line: str) -> str:
+    """What is embedded for an answer line: the line, cut to CHATRAG_LINE_VECTOR_CHARS,
+    after its page title and section heading as its chunk has them (`embedding_text`).
+
+    A line alone is often a fragment of its section ("Sim, com 30 dias de aviso."): with its
+    context, the line holding a judged fact was the similarity's first of its turn's
+    candidate lines .468 of the time on ptes-dev (.355 alone) and .383 on ptes-aurora
+    (.133), scripts/measure_line_similarity.py --context; the context is bounded as the
+    chunk's is (`embedded_context`).
+    """
+    return embedding_text(title, heading, line[: settings.CHATRAG_LINE_VECTOR_CHARS])
+
+
+def chunk_line_texts(source: SourceDocument, draft: ChunkDraft) -> list[str]:
+    """The answer lines of one chunk whose vectors are stored: the very lines the answer
+    scores (`answer.line_texts`), the first CHATRAG_LINE_VECTORS_PER_CHUNK of them."""
+    passage = Passage(
+        0,
+        source.title[:500],
+        draft.heading[:1000],
+        draft.text,
+        source.external_id,
+        draft.position,
+        source.language,
+    )
+    texts = line_texts(passage, source.language)
+    return texts[: settings.CHATRAG_LINE_VECTORS_PER_CHUNK]
 
 
 # The clock of the per-file embedding limit (a test moves it instead of waiting).
@@ -298,9 +362,10 @@ def _embed_batch(
     the next document: one slow file holds the worker for about `seconds` and a call at most
     (issue 38: an upload held a worker for 24 minutes), and the files after it are still done.
     """
-    texts = [embedding_text(p.source.title, d.heading, d.text) for p in batch for d in p.drafts]
-    owner = [i for i, p in enumerate(batch) for _ in p.drafts]
-    ends = list(accumulate(len(p.drafts) for p in batch))  # each document's texts end here
+    per_document = [p.texts() for p in batch]
+    texts = [text for own in per_document for text in own]
+    owner = [i for i, own in enumerate(per_document) for _ in own]
+    ends = list(accumulate(len(own) for own in per_document))  # each document's texts end here
     vectors: list[list[float]] = [[] for _ in texts]
     started: dict[int, float] = {}
     late: set[int] = set()
@@ -325,7 +390,12 @@ def _embed_batch(
             late.add(current)
             position = ends[current]
     for index, p in enumerate(batch):
-        p.vectors = [] if index in late else vectors[ends[index] - len(p.drafts) : ends[index]]
+        if index in late:
+            p.vectors, p.line_vectors = [], []
+            continue
+        own = vectors[ends[index] - len(per_document[index]) : ends[index]]
+        passages = 0 if p.backfill else len(p.drafts)
+        p.vectors, p.line_vectors = own[:passages], own[passages:]
     return late
 
 
@@ -360,6 +430,7 @@ def documents_ingest(
     existing = {d.external_id: d for d in Document.objects.filter(collection=collection)}
     size = settings.CHATRAG_EMBEDDING_BATCH
     file_seconds = settings.CHATRAG_INGEST_FILE_SECONDS
+    lines_on = settings.CHATRAG_LINE_VECTORS
     chunk_partition_ensure(collection=collection)
 
     def flush() -> None:
@@ -372,12 +443,20 @@ def documents_ingest(
         except EmbeddingError as exc:
             report.embedder_error = str(exc)
             for p in batch:
-                report.outcomes.append(FileOutcome(p.source.external_id, "error", error=str(exc)))
+                # A stored document whose lines failed is still whole: unchanged, lines next run.
+                failed = FileOutcome(p.source.external_id, "error", error=str(exc))
+                report.outcomes.append(_unchanged(p) if p.backfill else failed)
             batch, batch_chunks = [], 0
             return
         report.embed_seconds += time.perf_counter() - t0
         report.chunks_embedded += sum(len(p.vectors) for p in batch)
+        report.lines_embedded += sum(len(p.line_vectors) for p in batch)
         for index, p in enumerate(batch):
+            if p.backfill:
+                if index not in late:
+                    _write_lines(collection, p)
+                report.outcomes.append(_unchanged(p))
+                continue
             if index in late:
                 error = (
                     f"took more than {file_seconds:g} s to embed "
@@ -411,7 +490,14 @@ def documents_ingest(
             error = f"not ingested: the embedder failed ({report.embedder_error})"
             report.outcomes.append(FileOutcome(item.external_id, "error", error=error))
         elif current is not None and current.checksum == checksum:
-            report.outcomes.append(FileOutcome(item.external_id, "unchanged"))
+            stored = _without_lines(current) if lines_on else None
+            if stored is None:
+                report.outcomes.append(FileOutcome(item.external_id, "unchanged"))
+            else:  # stored before line vectors existed: its lines are embedded now
+                batch.append(stored)
+                batch_chunks += sum(len(lines) for lines in stored.lines)
+                if batch_chunks >= size:
+                    flush()
         else:
             drafts = chunk_sections(
                 list(item.sections),
@@ -428,8 +514,9 @@ def documents_ingest(
                 )
                 report.outcomes.append(FileOutcome(item.external_id, "error", error=error))
             else:
-                batch.append(_Pending(item, checksum, current, drafts))
-                batch_chunks += len(drafts)
+                lines = [chunk_line_texts(item, d) for d in drafts] if lines_on else []
+                batch.append(_Pending(item, checksum, current, drafts, lines=lines))
+                batch_chunks += len(drafts) + sum(len(texts) for texts in lines)
                 if batch_chunks >= size:
                     flush()
         if progress:
@@ -457,6 +544,78 @@ def documents_ingest(
     return report
 
 
+def lines_outdated(*, collection: Collection) -> bool:
+    """Whether some document of the collection lacks its answer lines the current way (and
+    line vectors are on): its next ingestion run embeds them."""
+    return settings.CHATRAG_LINE_VECTORS and (
+        Document.objects.filter(collection=collection)
+        .exclude(lines_version=LINE_VECTORS_VERSION)
+        .exists()
+    )
+
+
+def _unchanged(pending: _Pending) -> FileOutcome:
+    return FileOutcome(pending.source.external_id, "unchanged")
+
+
+def _without_lines(document: Document) -> _Pending | None:
+    """An unchanged document's stored chunks, with their lines to embed, when its lines were
+    not embedded the current way (stored before line vectors, or with an older
+    LINE_VECTORS_VERSION); None when they were."""
+    if document.lines_version == LINE_VECTORS_VERSION:
+        return None
+    source = SourceDocument(
+        external_id=document.external_id,
+        title=document.title,
+        sections=(),
+        language=document.language,
+    )
+    chunks = list(
+        Chunk.objects.filter(collection_id=document.collection_id, document=document)
+        .order_by("position")
+        .values_list("id", "position", "heading", "text")
+    )
+    drafts = [ChunkDraft(position, heading, text) for _, position, heading, text in chunks]
+    lines = [chunk_line_texts(source, d) for d in drafts]
+    return _Pending(
+        source,
+        document.checksum,
+        document,
+        drafts,
+        lines=lines,
+        backfill=True,
+        chunks=[chunk_id for chunk_id, *_ in chunks],
+    )
+
+
+def _line_rows(
+    collection: Collection, pending: _Pending, chunk_ids: Sequence[int]
+) -> list[ChunkLine]:
+    """The documents' line rows, their vectors scaled to length 1 (the answer's cosine is a
+    dot product)."""
+    vectors = iter(pending.line_vectors)
+    return [
+        ChunkLine(
+            chunk_id=chunk_id,
+            collection=collection,
+            position=position,
+            text=text,
+            embedding=list(unit_vector(next(vectors))),
+        )
+        for chunk_id, texts in zip(chunk_ids, pending.lines, strict=True)
+        for position, text in enumerate(texts)
+    ]
+
+
+@transaction.atomic
+def _write_lines(collection: Collection, pending: _Pending) -> None:
+    """Store an unchanged document's line vectors (its chunks stay as they are)."""
+    ChunkLine.objects.filter(collection=collection, chunk_id__in=pending.chunks).delete()
+    ChunkLine.objects.bulk_create(_line_rows(collection, pending, pending.chunks))
+    assert pending.existing is not None  # a backfill is of a stored document
+    Document.objects.filter(pk=pending.existing.pk).update(lines_version=LINE_VECTORS_VERSION)
+
+
 def _deleted_file_under(source_path: str, roots: Sequence[Path]) -> bool:
     """Whether a document's source file was in one of `roots` and no longer exists."""
     if not source_path:
@@ -481,6 +640,7 @@ def _write_document(collection: Collection, pending: _Pending, embedder: Embedde
         "language": source.language,
         "checksum": pending.checksum,
         "embedding_model": embedder.name,
+        "lines_version": LINE_VECTORS_VERSION if settings.CHATRAG_LINE_VECTORS else 0,
         "effective_date": source.effective_date,
         "superseded": source.superseded,
         "superseded_by": source.superseded_by,
@@ -509,7 +669,7 @@ def _write_document(collection: Collection, pending: _Pending, embedder: Embedde
     document.groups.set(groups)
     group_ids = [g.id for g in groups]
     config = text_search_config_for(source.language)
-    Chunk.objects.bulk_create(
+    chunks = Chunk.objects.bulk_create(
         [
             Chunk(
                 document=document,
@@ -526,6 +686,8 @@ def _write_document(collection: Collection, pending: _Pending, embedder: Embedde
             for draft, vector in zip(pending.drafts, pending.vectors, strict=True)
         ]
     )
+    if pending.lines:  # the old chunks' lines went with them (ON DELETE CASCADE)
+        ChunkLine.objects.bulk_create(_line_rows(collection, pending, [c.pk for c in chunks]))
     with connection.cursor() as cursor:
         # Title and heading weigh more than body text; unaccent so "ferias" finds "férias".
         cursor.execute(

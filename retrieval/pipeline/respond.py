@@ -71,6 +71,8 @@ class Answer:
                 "document": line.document,
                 "page_rank": line.page_rank,
                 "says": list(line.says),
+                # Feature names and weights only: no document's words.
+                "features": [[name, value] for name, value in line.features],
             }
             if with_text:
                 item |= {"section": line.heading, "text": line.text}
@@ -131,7 +133,7 @@ async def answer_turn(
 ) -> Answer:
     """Answer the retrieved turn, sending its pieces to `on_piece` as they are written."""
     stop = stop if stop is not None else asyncio.Event()
-    reply = _Reply(passages_from_hits(outcome.passages), on_piece)
+    reply = _Reply(passages_from_hits(outcome.passages, outcome.line_vectors), on_piece)
     if not reply.passages:
         text = label("nothing", language)
         await reply.send(text)
@@ -215,7 +217,7 @@ async def _line_choice(
 ) -> ExtractiveAnswer:
     """The extractive answer's lines. They may come from other found sections of the shown
     documents, citing their card."""
-    context = context_passages(outcome.passages, outcome.merged)
+    context = context_passages(outcome.passages, outcome.merged, line_vectors=outcome.line_vectors)
     view = None
     if lexicon is not None:
         view = await lexicon({t.norm for p in context for t in token_spans(p.text)})
@@ -233,6 +235,7 @@ async def _line_choice(
         rankings=query_rankings(outcome.queries, outcome.merged),
         history=outcome.masked_window,
         lead=outcome.pinned,
+        query_vectors=outcome.query_vectors,
     )
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from .answer.grounded import LineVectors, context_chunk_ids
 from .ask_back import evidence_ask_back
 from .asks import without_asking_words
 from .dictionary import known_words
@@ -44,13 +45,22 @@ from .model_stages import (
 from .rewrite_cache import RewriteCache, cache_key, from_state, to_state
 from .rewrite_llm import llm_policy, rewrite_with_llm
 from .rewrite_rules import lexicon_words, rewrite_with_rules, tuned_policy
-from .search import Scope, Searcher, SearchParams, SearchRequest, cancellable
+from .search import (
+    Scope,
+    SearchCancelled,
+    Searcher,
+    SearchParams,
+    SearchRequest,
+    cancellable,
+    unit_vector,
+)
 from .text import content_terms, detect_language, normalize, token_spans
 from .tuning import tuning
 from .types import (
     FiredRule,
     HistoryMessage,
     LexiconView,
+    QueryVectors,
     RewriteInput,
     RewriteResult,
     SearchQuery,
@@ -119,6 +129,12 @@ class RetrievalOutcome:
     # What the optional model stages did (None: switched off).
     hyde: HydeRecord | None = None
     rerank: RerankRecord | None = None
+    # The searched queries' unit vectors by query text (the ones `queries` still holds, a
+    # hypothetical answer's left out), and the found chunks' stored line vectors by chunk
+    # id (the chunks `context_passages` reads): the answer's semantic line feature
+    # (`answer.line_similarity`) embeds nothing of its own.
+    query_vectors: QueryVectors = field(default_factory=QueryVectors)
+    line_vectors: LineVectors = field(default_factory=dict)
 
 
 LexiconFetcher = Callable[[set[str]], LexiconView]
@@ -232,6 +248,8 @@ class _Turn:
     fired: list[FiredRule] = field(default_factory=list)
     changes: dict[str, Any] = field(default_factory=dict)
     hyde: HydeRecord | None = None
+    # The searched queries' unit vectors by text (a hypothetical answer's left out).
+    vectors: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     def fire(self, rule: str, detail: str) -> None:
         """Record that `rule` fired on the turn, with its detail (the trace's note)."""
@@ -307,6 +325,10 @@ async def retrieve(
     _ask_back_step(turn, merged, found)
     # The rerank's model call has its own line: "merge" is the fusion and the preferences.
     turn.timings["merge"] = round(_ms(t) - turn.timings.get("rerank", 0.0), 2)
+    query_vectors = QueryVectors(
+        {q.text: turn.vectors[q.text] for q in turn.queries if q.text in turn.vectors}
+    )
+    lines = await _line_vectors(turn, scope, engine, passages, merged) if query_vectors else {}
     return RetrievalOutcome(
         masked_question=turn.masked_question,
         masked_window=turn.window,
@@ -320,7 +342,33 @@ async def retrieve(
         pinned=pinned,
         hyde=turn.hyde,
         rerank=rerank,
+        query_vectors=query_vectors,
+        line_vectors=lines,
     )
+
+
+async def _line_vectors(
+    turn: _Turn,
+    scope: Scope,
+    engine: Searcher,
+    passages: Sequence[MergedHit],
+    merged: Sequence[MergedHit],
+) -> LineVectors:
+    """The stored line vectors of the chunks the answer reads (one statement, under the
+    reader's permission); none when it fails: the answer goes on without them."""
+    if not passages or turn.rewritten.no_search:
+        return {}
+    started = time.perf_counter()
+    ids = context_chunk_ids(passages, merged)
+    try:
+        found = await cancellable(lambda call: engine.line_vectors(ids, scope, call=call))
+    except SearchCancelled:
+        raise
+    except Exception as exc:  # the answer's lines are still chosen, without this feature
+        turn.errors.append(f"line vectors failed: {exc.__class__.__name__}")
+        found = {}
+    turn.timings["lines"] = _ms(started)
+    return found
 
 
 def _ask_back_step(turn: _Turn, merged: Sequence[MergedHit], found: _Found) -> None:
@@ -457,6 +505,12 @@ async def _searched(
                 found = _embed(embedder, queries)
             except Exception as exc:  # any embedder failure: full-text only
                 errors.append(f"embedding failed: {exc}")
+            # A hypothetical answer is embedded as a passage: no query side to compare.
+            turn.vectors = {
+                q.text: unit_vector(v)
+                for q, v in zip(queries, found, strict=False)
+                if q.type != "hyde" and v
+            }
         timings["embed"] = _ms(started)
         return (found or [[] for _ in queries]) + [[] for _ in probes]
 

@@ -114,11 +114,8 @@ class Tuning:
     sibling_share: float = 0.5
 
     # --- the extractive answer's sections (answer/extractive.py) ---
-    # A word of a line's section heading that its page title lacks counts this share of its
-    # weight for each line of the section that does not say it: higher lets the heading
-    # choose the section over the words of its lines.
-    # (0.5, as the title's words: 0.3, 0.75 and 1 lost on the demo, .786 against .814.)
-    section_heading_weight: float = 0.5
+    # (What a section heading's words weigh for its lines is the line model's, fitted:
+    # answer/line_weights.json.)
     # A chosen table row brings its whole table up to this many rows (a longer table gives
     # its chosen rows, each with its column names): higher shows more whole tables, and
     # longer answers.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any, Literal
@@ -17,6 +17,41 @@ QUERY_TYPES: tuple[QueryType, ...] = (
     "hyde",
     "original",
 )
+
+# One candidate line of a chunk (`answer.extractive.line_texts`) and its unit vector, as
+# ingestion stored it (retrieval.models.ChunkLine).
+LineVector = tuple[str, tuple[float, ...]]
+
+
+class QueryVectors(Mapping[str, tuple[float, ...]]):
+    """A turn's searched queries' unit vectors by query text; never changed once made.
+
+    Hashed by identity, so that a turn's line similarities are computed once per passage
+    and these vectors (`answer.line_similarity` caches them under the pair).
+    """
+
+    __slots__ = ("_vectors",)
+
+    def __init__(self, vectors: Mapping[str, Sequence[float]] | None = None) -> None:
+        self._vectors = {text: tuple(vector) for text, vector in (vectors or {}).items()}
+
+    def __getitem__(self, text: str) -> tuple[float, ...]:
+        return self._vectors[text]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._vectors)
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        return f"QueryVectors({list(self._vectors)!r})"
 
 
 @dataclass(frozen=True)

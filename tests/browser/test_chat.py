@@ -523,3 +523,18 @@ def test_a_question_the_pages_do_not_answer_says_so_and_staff_see_why(
         admin.screenshot(path=str(SCREENSHOTS / "answer-why-in-the-timeline.png"))
     finally:
         staff.close()
+
+
+def test_an_english_question_over_portuguese_pages_answers_from_the_right_line(
+    page: Page, live_url: str
+) -> None:
+    """Issue 35: the demo's pages are Portuguese; asked in English, the answer quotes the
+    corporate card page's lost-or-stolen line (the line model's semantic feature compares
+    the question with each line across languages), not a line that shares a word."""
+    login(page, live_url, "ana")
+    turn = ask(page, "how do I report a lost company credit card?")
+    answer = turn.locator('[data-slot="answer"]')
+    expect(answer).to_contain_text("bloqueie no aplicativo do banco")
+    expect(answer).to_contain_text("24 horas")
+    answer.scroll_into_view_if_needed()
+    shot(page, "35-english-question-portuguese-line")

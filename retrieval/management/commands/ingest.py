@@ -55,7 +55,8 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{report.count('added')} added, {report.count('updated')} updated, "
             f"{report.count('unchanged')} unchanged, {report.count('removed')} removed, "
-            f"{len(report.errors)} failed; {report.chunks_embedded} chunks embedded "
+            f"{len(report.errors)} failed; {report.chunks_embedded} chunks "
+            f"and {report.lines_embedded} answer lines embedded "
             f"in {report.seconds:.1f}s ({rate:.1f} chunks/s)"
         )
         for outcome in report.errors:

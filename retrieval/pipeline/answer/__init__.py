@@ -6,14 +6,24 @@ source cards, and a citation pointing at no passage is dropped.
 
 from __future__ import annotations
 
-from .extractive import ChosenLine, ExtractiveAnswer, extractive_answer, extractive_choice
+from ..types import LineVector
+from .extractive import (
+    ChosenLine,
+    ExtractiveAnswer,
+    extractive_answer,
+    extractive_choice,
+    line_similarity,
+    line_texts,
+)
 from .grounded import (
     LABELS,
     PROMPT_DIR,
+    LineVectors,
     Passage,
     answer_language,
     build_answer_messages,
     clean_citations,
+    context_chunk_ids,
     context_passages,
     label,
     passages_from_hits,
@@ -30,7 +40,12 @@ __all__ = [
     "answer_language",
     "build_answer_messages",
     "clean_citations",
+    "LineVector",
+    "LineVectors",
+    "context_chunk_ids",
     "context_passages",
+    "line_similarity",
+    "line_texts",
     "extractive_answer",
     "label",
     "passages_from_hits",

@@ -31,9 +31,11 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence, Set
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 
+import numpy as np
+import numpy.typing as npt
 from text_to_num import alpha2digit
 
 from ..asks import COUNTING_WORDS, CUE_WORDS, AnswerKind, answer_kind
@@ -52,8 +54,9 @@ from ..text import (
     token_spans,
 )
 from ..tuning import tuning
-from ..types import HistoryMessage, RewriteResult
+from ..types import HistoryMessage, QueryVectors, RewriteResult
 from .grounded import Passage, label
+from .line_model import line_model, recorder
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=[A-ZÀ-ÖØ-Þ0-9¿¡\"“(])")
 _STEP = re.compile(r"^\s*(\d{1,2})[.)]\s+(.*)$")
@@ -183,21 +186,15 @@ MAX_LINES = 4
 LIST_ITEMS = 8  # items of a list that a chosen "... de:" line brings along
 WORD_BUDGET = 55  # words of the chosen lines beyond the first (steps blocks excepted)
 QUERY_WEIGHT = 0.6  # words only in the rewritten queries or glossary expansions
-HEADING_WEIGHT = 0.5  # a word of the section heading counts half for each of its lines
-TOPIC_LINE_WEIGHT = 1.0  # a title or heading word that the line also has
-KIND_BONUS = 0.6
-SILENT_LINE = 0.75  # a line that says no word of the question, only its page's title does
-SPECIFIC_BONUS = 0.3  # the same for a line with a figure when the question names no kind
-META_FACTOR = 0.3  # share of the best query word's weight a line of the asked kind gains
-SAID_TERM = 0.3  # a carried word the last reply used already (see extractive_answer)
+# Which group a searched word is in for the line model's features (own: 1.0; carried or
+# expanded: QUERY_WEIGHT; carried and already said by the last reply: QUERY_WEIGHT *
+# SAID_TERM); also the words' weights in the answer's coverage.
+SAID_TERM = 0.3
 TOPIC_ONLY_WORDS = 3  # a question of at most this many own words may only name its topic
-TOPIC_FIGURE_BONUS = 1.0  # SPECIFIC_BONUS when it does: the page's figures are what it asks
 REPEATED_SHARE = 0.6  # a line whose content words an earlier reply said this much of ...
-REPEATED_WORDS = 4  # ... (a line of at least this many content words) ...
-REPEATED_LINE = 0.5  # ... scores this much: the person has read it
-OTHER_CASE = 0.3  # a line about another country, parent or scope than the question
+REPEATED_WORDS = 4  # ... (a line of at least this many content words) has been read
 # Below this share of the question's words (see `ExtractiveAnswer`) the pages don't say it.
-NOT_FOUND_COVERAGE = 0.10  # calibrated: see docs/answers.md
+NOT_FOUND_COVERAGE = 0.12  # calibrated: see docs/answers.md
 
 
 @dataclass(frozen=True)
@@ -231,6 +228,9 @@ class ChosenLine:
     score: float
     page_rank: int  # its document's place among the found ones, 0 first
     says: tuple[str, ...]  # the searched words (stems) the line or its heading says
+    # The line model's features that weighed most for or against it, with what each added
+    # to its linear score (largest first).
+    features: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -387,6 +387,55 @@ def _whole_sentences(lines: list[_Line]) -> list[_Line]:
     return out
 
 
+def line_texts(passage: Passage, language: str) -> list[str]:
+    """The texts of the candidate lines the answer scores for this passage, in order.
+
+    Ingestion embeds exactly these (one vector each, `Passage.line_vectors` at answer
+    time). `_whole_sentences` is the one step that looks across passages: a chunk's cut
+    opening fragment is dropped when another found passage holds its whole sentence, and
+    shown as "…fragment" otherwise. Split alone, the passage keeps that line as
+    "…fragment": the answer's line is then either that very text or no line at all, so
+    every line the answer scores has its stored vector.
+    """
+    return [line.text for line in _whole_sentences(_lines(passage, 0, language))]
+
+
+def line_similarity(
+    line_text: str, passage: Passage, query_vectors: Mapping[str, Sequence[float]]
+) -> float | None:
+    """The line's best cosine similarity with the turn's searched queries (their vectors by
+    query text: `RetrievalOutcome.query_vectors`); None when the passage has no stored vector
+    for the line or there are no query vectors.
+
+    Both sides are unit vectors (the search layer normalises them), so the cosine is a dot
+    product. A passage's lines are compared with the queries at once, on the first of its
+    lines asked (numpy: about 0.3 ms for 80 lines and 3 queries, 2 % of the pure-Python
+    loop's), then each line is a lookup.
+    """
+    index = passage.line_index.get(line_text) if passage.line_vectors else None
+    if index is None or not query_vectors:
+        return None
+    queries = (
+        query_vectors if isinstance(query_vectors, QueryVectors) else QueryVectors(query_vectors)
+    )
+    return float(_similarities(passage, queries)[index])
+
+
+# A turn reads at most 36 passages (6 documents, 6 chunks each); the cache keeps their
+# vectors alive (about 12 kB a line as Python floats), so it holds little more than a turn's.
+@lru_cache(maxsize=48)
+def _similarities(passage: Passage, queries: QueryVectors) -> npt.NDArray[np.float32]:
+    """Each stored line's best cosine with the queries (a turn's passages, while it lasts)."""
+    lines = np.array([vector for _, vector in passage.line_vectors], dtype=np.float32)
+    best: npt.NDArray[np.float32] = (lines @ _query_matrix(queries).T).max(axis=1)
+    return best
+
+
+@lru_cache(maxsize=16)
+def _query_matrix(queries: QueryVectors) -> npt.NDArray[np.float32]:
+    return np.array(list(queries.values()), dtype=np.float32)
+
+
 def _question_terms(
     question: str, queries: Sequence[str], rewrite: RewriteResult | None, language: str
 ) -> dict[str, float]:
@@ -459,52 +508,157 @@ def _idf(
     }
 
 
-def _score(
+def _line_features(
     line: _Line,
     terms: Mapping[str, float],
     idf: Mapping[str, float],
     kind: AnswerKind | None,
     heading_stems: frozenset[str],
-    figures: float = SPECIFIC_BONUS,
-) -> float:
+    *,
+    topic_only: bool = False,
+    repeated: bool = False,
+) -> dict[str, float]:
+    """What the line scorer weighs (`line_model.FEATURES` says what each is); the relative
+    features are added over all the answer's lines by `_scores`."""
     default = idf["__default__"]
-    section_weight = tuning().section_heading_weight
-    overlap = 0.0
-    best_weight = 0.0
-    said = False  # the line itself says a word of the question
+    totals = {"own": 0.0, "carried": 0.0, "echo": 0.0}
+    in_line = dict(totals)
+    in_heading = dict(totals)
+    in_title = dict(totals)
+    mass = 0.0
     for root, weight in terms.items():
-        w = weight * max(0.0, idf.get(root, default))
-        best_weight = max(best_weight, w)
-        if root in heading_stems:
-            # The document's topic: it names the document, not which of its lines answers;
-            # a word of the section's own heading names the lines of that section.
-            if root in line.stems:
-                overlap += TOPIC_LINE_WEIGHT * w
-            elif root in line.title:
-                overlap += HEADING_WEIGHT * w
-            else:
-                overlap += section_weight * w
-        elif root in line.stems:
-            overlap += w
-        said = said or root in line.stems
-    if overlap == 0:
-        return 0.0
-    if not said:
-        # Its page's title says the question's words, the line none of them ("O informe
-        # fica disponível no portal em dezembro." under "Décimo terceiro — adiantamento
-        # nas férias"): it answers less than a line that says one.
-        overlap *= SILENT_LINE
+        w = max(0.0, idf.get(root, default))
+        group = "own" if weight >= 1.0 else "carried" if weight >= QUERY_WEIGHT else "echo"
+        totals[group] += w
+        if root in line.stems:
+            in_line[group] += w
+            mass += weight * w
+        elif root in line.title:
+            in_title[group] += w
+        elif root in heading_stems:
+            in_heading[group] += w  # the section's own heading, not its page's title
+
+    def share(part: float, whole: float) -> float:
+        return part / whole if whole else 0.0
+
+    said = any(in_line.values())
     norm = line.norm
-    if kind is not None and _states(kind, norm, line.passage.language):
-        overlap += KIND_BONUS * best_weight
-    elif kind is None and _SPECIFIC.search(norm):
-        overlap += figures * best_weight
-    if _META.search(norm):
-        overlap *= META_FACTOR
-    # Earlier passages are what the search trusted most; very long lines say too much.
-    prior = max(0.6, 1.0 - 0.12 * line.rank)
-    words = len(line.text.split())
-    return overlap * prior * (0.85 if words > 45 else 1.0)
+    stated = kind is not None and _states(kind, norm, line.passage.language)
+    figure = kind is None and bool(_SPECIFIC.search(norm))
+    words = max(1, len(line.text.split()))
+    return {
+        "own_line": share(in_line["own"], totals["own"]),
+        "own_title": share(in_title["own"], totals["own"]),
+        "own_heading": share(in_heading["own"], totals["own"]),
+        "carried_line": share(in_line["carried"], totals["carried"]),
+        "carried_title": share(in_title["carried"], totals["carried"]),
+        "carried_heading": share(in_heading["carried"], totals["carried"]),
+        "echo_line": share(in_line["echo"], totals["echo"]),
+        "said_mass": math.log1p(mass),
+        "silent": float(not said),
+        "kind_stated": float(stated),
+        "kind_missing": float(kind is not None and not stated),
+        "figure": float(figure),
+        "figure_topic_only": float(figure and topic_only),
+        "meta": float(bool(_META.search(norm))),
+        "emphasis": float(bool(_EMPHASIS.search(line.text))),
+        "page_rank": float(min(line.rank, 4)),
+        "line_order": min(line.order, 10) / 10,
+        "later_chunk": float(line.passage.position > 0),
+        "log_words": math.log(words),
+        "step": float(line.step is not None),
+        "item": float(line.lead >= 0),
+        "row": float(line.table >= 0),
+        "repeated": float(repeated),
+    }
+
+
+def _add_semantic(
+    lines: Sequence[_Line], rows: Sequence[dict[str, float]], vectors: Mapping[str, Sequence[float]]
+) -> None:
+    """Each line's `semantic` (its best cosine with the searched queries) and `semantic_gap`
+    (how far below the answer's best line's it is). A line without a stored vector (none
+    from before the line vectors, or past a chunk's limit) counts as the answer's mean, so
+    that it is neither lifted nor sunk by what was not measured."""
+    if not vectors:
+        return
+    found = [line_similarity(line.text, line.passage, vectors) for line in lines]
+    known = [value for value in found if value is not None]
+    if not known:
+        return
+    mean = sum(known) / len(known)
+    best = max(known)
+    for row, value in zip(rows, found, strict=True):
+        row["semantic"] = mean if value is None else value
+        row["semantic_gap"] = best - row["semantic"]
+
+
+def _relevant(line: _Line, terms: Mapping[str, float], heading_stems: frozenset[str]) -> bool:
+    """Whether the line, its title or its section heading says any searched word: a line of
+    a page that says none is no candidate at all (score 0)."""
+    return any(root in line.stems or root in heading_stems or root in line.title for root in terms)
+
+
+def _scores(
+    lines: Sequence[_Line],
+    terms: Mapping[str, float],
+    idf: Mapping[str, float],
+    kind: AnswerKind | None,
+    context: Mapping[int, frozenset[str]],
+    *,
+    topic_only: bool = False,
+    repeated: Set[int] = frozenset(),
+    cases: Mapping[str, frozenset[str]] | None = None,
+    reasons: dict[int, Mapping[str, float]] | None = None,
+    vectors: Mapping[str, Sequence[float]] | None = None,
+) -> dict[int, float]:
+    """Every line's score for one question, by the line's identity: the line model's score
+    (0 for a line no searched word leads to). `reasons`, when given, receives each scored
+    line's feature contributions (`LineModel.contributions`). `vectors`: the searched
+    queries' vectors, which with the passages' stored line vectors give `semantic`."""
+    rows = [
+        _line_features(
+            line,
+            terms,
+            idf,
+            kind,
+            context[id(line.passage)],
+            topic_only=topic_only,
+            repeated=id(line) in repeated,
+        )
+        for line in lines
+    ]
+    # A line about another case than the one the question names (the other parent, another
+    # country, abroad for home) is no candidate while a line that is not answers.
+    other = {id(line) for line in lines if cases and _other_case(line, cases)}
+    best_own = max((r["own_line"] for r in rows), default=0.0) or 1.0
+    _add_semantic(lines, rows, vectors or {})
+    model = line_model()
+    out: dict[int, float] = {}
+    for line, row in zip(lines, rows, strict=True):
+        row["relative_own"] = row["own_line"] / best_own
+        relevant = _relevant(line, terms, context[id(line.passage)])
+        out[id(line)] = model.score(row) if relevant else 0.0
+        if reasons is not None and relevant:
+            reasons[id(line)] = model.contributions(row)
+    if other and any(out[id(line)] > 0 for line in lines if id(line) not in other):
+        out.update(dict.fromkeys(other, 0.0))
+    sink = recorder()
+    if sink is not None:
+        sink(
+            [
+                {
+                    "text": line.text,
+                    "document": _document(line.passage),
+                    "rank": line.rank,
+                    "relevant": _relevant(line, terms, context[id(line.passage)]),
+                    "score": out[id(line)],
+                    "features": row,
+                }
+                for line, row in zip(lines, rows, strict=True)
+            ]
+        )
+    return out
 
 
 SUBJECT_CHARS = 80  # the longest subject an opening line repeats
@@ -591,6 +745,7 @@ def extractive_answer(
     rankings: Mapping[str, Sequence[str]] | None = None,
     history: Sequence[HistoryMessage] = (),
     lead: str | None = None,
+    query_vectors: Mapping[str, Sequence[float]] | None = None,
 ) -> str:
     """The extractive answer's text (`extractive_choice` has its lines and scores)."""
     return extractive_choice(
@@ -604,6 +759,7 @@ def extractive_answer(
         rankings=rankings,
         history=history,
         lead=lead,
+        query_vectors=query_vectors,
     ).text
 
 
@@ -619,6 +775,7 @@ def extractive_choice(
     rankings: Mapping[str, Sequence[str]] | None = None,
     history: Sequence[HistoryMessage] = (),
     lead: str | None = None,
+    query_vectors: Mapping[str, Sequence[float]] | None = None,
 ) -> ExtractiveAnswer:
     """Answer with the passages' own lines that answer the question (see the module doc).
 
@@ -628,7 +785,9 @@ def extractive_choice(
     a split message trusts its own search, not the fused one. `history` is the masked
     window (its last reply's words find what the reply said). `lead` is a document the
     search put first on purpose (a version, a country or company terms the turn named): it
-    answers.
+    answers. `query_vectors` are the searched queries' unit vectors by text
+    (`RetrievalOutcome.query_vectors`): with the passages' stored line vectors they give a
+    line's semantic similarity to the question (`line_similarity`), embedding nothing.
     """
     if not passages:
         return ExtractiveAnswer(label("nothing", language), not_found=True)
@@ -646,19 +805,29 @@ def extractive_choice(
         )
     idf = _idf(lines, df, n_chunks, language)
     context = {id(p): _stems(p.heading, language) | _stems(p.title, language) for p in passages}
-    question_at = _Question(question, queries, rewrite, language, history)
+    question_at = _Question(question, queries, rewrite, language, history, query_vectors or {})
     parts = _sub_questions(question, rewrite)
     judged = _same_language(passages, language)
     if len(parts) >= 2:
         # Two questions in one message: each answered from its own document.
         shown = _spelled(question, rewrite, lines)  # the opening line repeats it
+        reasons: dict[int, Mapping[str, float]] = {}
         chosen = _answer_parts(
-            parts, lines, passages, order, rankings or {}, idf, context, language
+            parts,
+            lines,
+            passages,
+            order,
+            rankings or {},
+            idf,
+            context,
+            language,
+            reasons,
+            query_vectors,
         )
         subject = _joined_subjects(shown, language, len(parts))
         text = _render(shown, language, None, chosen, subject=subject)
         terms = _question_terms(question, queries, rewrite, language)
-        return _explained(text, chosen, terms, idf, context, judged=judged)
+        return _explained(text, chosen, terms, idf, context, judged=judged, reasons=reasons)
     return _answer_one(
         question_at, lines, passages, idf, context, lead if lead in order else None, judged
     )
@@ -674,6 +843,8 @@ class _Question:
     rewrite: RewriteResult | None
     language: str
     history: Sequence[HistoryMessage]
+    # The searched queries' unit vectors by text, for `line_similarity`.
+    vectors: Mapping[str, Sequence[float]] = field(default_factory=dict)
 
 
 def _answer_one(
@@ -687,6 +858,7 @@ def _answer_one(
 ) -> ExtractiveAnswer:
     """The answer to a message that asks one thing: its lines, chosen by `_choose`."""
     language, rewrite = question.language, question.rewrite
+    reasons: dict[int, Mapping[str, float]] = {}
     kind = answer_kind(question.text)
     terms = _question_terms(question.text, question.queries, rewrite, language)
     said = _said_only(question.history, language)
@@ -704,14 +876,14 @@ def _answer_one(
         lead=lead,
         language=language,
         repeated=_repeated(lines, question.history, language),
-        figures=TOPIC_FIGURE_BONUS
-        if _names_only_its_topic(terms, context[id(passages[0])], rewrite, language)
-        else SPECIFIC_BONUS,
+        topic_only=_names_only_its_topic(terms, context[id(passages[0])], rewrite, language),
         cases=_cases(" ".join([question.text, *question.queries])),
+        reasons=reasons,
+        vectors=question.vectors,
     )
     shown = _spelled(question.text, rewrite, lines)  # the opening line repeats it
     text = _render(shown, language, kind, chosen)
-    return _explained(text, chosen, terms, idf, context, judged=judged)
+    return _explained(text, chosen, terms, idf, context, judged=judged, reasons=reasons)
 
 
 def _same_language(passages: Sequence[Passage], language: str) -> bool:
@@ -730,11 +902,13 @@ def _explained(
     context: Mapping[int, frozenset[str]],
     *,
     judged: bool = True,
+    reasons: Mapping[int, Mapping[str, float]] | None = None,
 ) -> ExtractiveAnswer:
     """The answer with its lines, and the share of the question it covers (see
     `ExtractiveAnswer`): every searched word, by its weight (the person's own words count
     most) and its rarity. Unless `judged`, the coverage is kept but never says "not
-    found" (`_same_language`)."""
+    found" (`_same_language`). `reasons`: each scored line's feature contributions, of
+    which a chosen line keeps its largest (`WHY_FEATURES`)."""
     own = dict(terms)
     default = idf["__default__"]
     weight = {t: w * max(0.0, idf.get(t, default)) for t, w in own.items()}
@@ -752,6 +926,7 @@ def _explained(
                 score=round(score, 4),
                 page_rank=line.rank,
                 says=tuple(sorted(says)),
+                features=_strongest((reasons or {}).get(id(line), {})),
             )
         )
     total = sum(weight.values())
@@ -762,6 +937,14 @@ def _explained(
         coverage=round(coverage, 4),
         not_found=judged and coverage < NOT_FOUND_COVERAGE,
     )
+
+
+WHY_FEATURES = 4  # the features a chosen line's "why" names
+
+
+def _strongest(contributions: Mapping[str, float]) -> tuple[tuple[str, float], ...]:
+    ranked = sorted(contributions.items(), key=lambda kv: -abs(kv[1]))[:WHY_FEATURES]
+    return tuple((name, round(value, 2)) for name, value in ranked if round(value, 2))
 
 
 def _spelled(question: str, rewrite: RewriteResult | None, lines: Sequence[_Line]) -> str:
@@ -887,18 +1070,27 @@ def _answer_parts(
     idf: Mapping[str, float],
     context: Mapping[int, frozenset[str]],
     language: str,
+    reasons: dict[int, Mapping[str, float]] | None = None,
+    vectors: Mapping[str, Sequence[float]] | None = None,
 ) -> list[tuple[float, _Line]]:
-    """The lines that answer each question of a split message, two each, in turn."""
+    """The lines that answer each question of a split message, two each, in turn (each
+    scored line's feature contributions into `reasons`; `vectors` the searched queries')."""
     asked: list[_Part] = []
     for text in parts:
         own = _part_order(order, rankings.get(text, ()))
         part_lines = lines if own == order else _reranked(lines, own)
         terms = _question_terms(text, [], None, language)
         kind = answer_kind(text)
-        scores = {
-            id(line): _score(line, terms, idf, kind, context[id(line.passage)])
-            for line in part_lines
-        }
+        scores = _scores(
+            part_lines,
+            terms,
+            idf,
+            kind,
+            context,
+            cases=_cases(text),
+            reasons=reasons,
+            vectors=vectors,
+        )
         fit = _relative_fit(scores, part_lines)
         lead = min(own, key=own.__getitem__)
         asked.append(_Part(part_lines, terms, kind, lead, scores, fit))
@@ -1063,8 +1255,12 @@ def _primary_document(contest: _Contest, *, lead: str | None, firm_lead: bool) -
         # de voo em viagem conta como extra" ranked the hours bank, which never says "voo"
         # nor "viagem"): a page that says all of them may answer it instead.
         lacks = contest.unsaid(primary)
-        if lacks and not lacks & contest.unsaid(challenger):
-            lead = None
+        if (
+            lacks
+            and not lacks & contest.unsaid(challenger)
+            and speaks[challenger] >= speaks[primary]
+        ):
+            return challenger
     # One part of a split message keeps the document its own search ranked first. Another
     # document leads only when it says one of the person's own words at least: the words
     # the rewrite carried from the conversation ranked the documents already ("quanto sai
@@ -1131,35 +1327,37 @@ def _choose(
     lead: str | None = None,
     language: str = "pt",
     repeated: frozenset[int] = frozenset(),
-    figures: float = SPECIFIC_BONUS,
+    topic_only: bool = False,
     firm_lead: bool = True,
     scores: Mapping[int, float] | None = None,
     cases: Mapping[str, frozenset[str]] | None = None,
+    reasons: dict[int, Mapping[str, float]] | None = None,
+    vectors: Mapping[str, Sequence[float]] | None = None,
 ) -> list[tuple[float, _Line]]:
     """The lines that answer one question: its document's best, another topic's if asked.
 
     `lead` is the document the question's own search ranked first (default: the top
     passage's); unless `firm_lead`, it yields to a document that says the question's own
     words it lacks (one part of a split message); `repeated` lines, which an earlier reply
-    said, count REPEATED_LINE as much: a follow-up asks for something new ("quanto tempo
-    isso leva pra cair na conta?" after the notice period got the notice period's rule
-    again). `figures` is the share of the best word's weight that a line with a figure
-    gains when no kind of answer is asked. `scores` are the lines' scores already computed
-    with these terms (by the line's identity). A line about another of the `cases` the
-    question names (`_other_case`) counts OTHER_CASE as much."""
-    every = [
-        (
-            (
-                scores[id(line)]
-                if scores is not None
-                else _score(line, terms, idf, kind, context[id(line.passage)], figures)
-            )
-            * (REPEATED_LINE if id(line) in repeated else 1.0)
-            * (OTHER_CASE if cases and _other_case(line, cases) else 1.0),
-            line,
+    said, are marked for the line model (a follow-up asks for something new).
+    `topic_only`: the question only names its topic (its figures are what it asks).
+    `scores` are the lines' scores already computed with these terms (by the line's
+    identity). A line about another of the `cases` the
+    question names (`_other_case`) is no candidate while another line answers."""
+    if scores is None:
+        scores = _scores(
+            lines,
+            terms,
+            idf,
+            kind,
+            context,
+            topic_only=topic_only,
+            repeated=repeated,
+            cases=cases,
+            reasons=reasons,
+            vectors=vectors,
         )
-        for line in lines
-    ]
+    every = [(scores[id(line)], line) for line in lines]
     scored = _scored_or_first(every, lines)
     if not scored:
         return []

@@ -7,18 +7,21 @@ source cards, and a citation pointing at no passage is dropped.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import date
+from functools import cached_property
 from pathlib import Path
 
 from ..fusion import MergedHit
 from ..llm import ChatMessage
 from ..text import defang_prompt_markup, detect_language
-from ..types import HistoryMessage, SearchQuery
+from ..types import HistoryMessage, LineVector, SearchQuery
 
 PROMPT_DIR = Path(__file__).resolve().parent.parent / "prompts"
 _CITATION = re.compile(r"\[(\d{1,3})\]")
+# Per chunk id, its lines' vectors (`Searcher.line_vectors`).
+LineVectors = Mapping[int, tuple[LineVector, ...]]
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,15 @@ class Passage:
     document: str = ""  # the document's id: passages of one document answer together
     position: int = 0  # the chunk's place in its document
     language: str = ""  # the document's language code, "" when not known
+    # The chunk's stored line vectors (`extractive.line_texts` of it, each with its unit
+    # vector), fetched by the search layer for the found chunks; empty when it has none.
+    # Not compared or hashed: two passages are the same text whatever vectors they carry.
+    line_vectors: tuple[LineVector, ...] = field(default=(), compare=False, repr=False)
+
+    @cached_property
+    def line_index(self) -> dict[str, int]:
+        """Each stored line's place in `line_vectors`, by its text."""
+        return {text: i for i, (text, _) in enumerate(self.line_vectors)}
 
 
 LABELS: dict[str, dict[str, str]] = {
@@ -75,8 +87,13 @@ LABELS: dict[str, dict[str, str]] = {
 }
 
 
-def passages_from_hits(hits: Sequence[MergedHit]) -> list[Passage]:
-    """Number the passages shown to the user, [1] first, as the source cards are."""
+def passages_from_hits(
+    hits: Sequence[MergedHit], line_vectors: LineVectors | None = None
+) -> list[Passage]:
+    """Number the passages shown to the user, [1] first, as the source cards are.
+
+    `line_vectors` (per chunk id) gives each passage its chunk's stored line vectors."""
+    vectors = line_vectors or {}
     return [
         Passage(
             i,
@@ -86,43 +103,73 @@ def passages_from_hits(hits: Sequence[MergedHit]) -> list[Passage]:
             str(m.hit.document_id),
             m.hit.position,
             m.hit.language,
+            vectors.get(m.hit.chunk_id, ()),
         )
         for i, m in enumerate(hits, start=1)
     ]
 
 
-def context_passages(
+def _other_sections(
+    shown: Sequence[MergedHit], merged: Sequence[MergedHit], per_document: int
+) -> list[MergedHit]:
+    """The found chunks of the shown documents that were not shown, best first, until each
+    document has `per_document` chunks in all (`context_passages` reads them)."""
+    taken: dict[int, int] = {}
+    for item in shown:
+        taken[item.hit.document_id] = taken.get(item.hit.document_id, 0) + 1
+    seen = {item.hit.chunk_id for item in shown}
+    out: list[MergedHit] = []
+    for item in merged:
+        hit = item.hit
+        if hit.document_id not in taken or hit.chunk_id in seen:
+            continue
+        if taken[hit.document_id] >= per_document:
+            continue
+        seen.add(hit.chunk_id)
+        taken[hit.document_id] += 1
+        out.append(item)
+    return out
+
+
+def context_chunk_ids(
     shown: Sequence[MergedHit], merged: Sequence[MergedHit], *, per_document: int = 6
+) -> list[int]:
+    """The chunk ids `context_passages` reads, in its order (whose line vectors to fetch)."""
+    others = _other_sections(shown, merged, per_document)
+    return [item.hit.chunk_id for item in [*shown, *others]]
+
+
+def context_passages(
+    shown: Sequence[MergedHit],
+    merged: Sequence[MergedHit],
+    *,
+    per_document: int = 6,
+    line_vectors: LineVectors | None = None,
 ) -> list[Passage]:
     """The shown passages, then other found chunks of the same documents (extractive use).
 
     Search shows at most two chunks of a document; the section that holds the answer may be
     a third. Those chunks carry the number of their document's first card, so a line taken
     from one cites a source the user can open (the document page has every section).
+    `line_vectors` (per chunk id) gives each passage its chunk's stored line vectors.
     """
-    out = passages_from_hits(shown)
+    vectors = line_vectors or {}
+    out = passages_from_hits(shown, vectors)
     card: dict[int, int] = {}
-    taken: dict[int, int] = {}
     for number, item in enumerate(shown, start=1):
         card.setdefault(item.hit.document_id, number)
-        taken[item.hit.document_id] = taken.get(item.hit.document_id, 0) + 1
-    seen = {item.hit.chunk_id for item in shown}
-    for item in merged:
+    for item in _other_sections(shown, merged, per_document):
         hit = item.hit
-        card_number = card.get(hit.document_id)
-        if card_number is None or hit.chunk_id in seen or taken[hit.document_id] >= per_document:
-            continue
-        seen.add(hit.chunk_id)
-        taken[hit.document_id] += 1
         out.append(
             Passage(
-                card_number,
+                card[hit.document_id],
                 hit.title,
                 hit.heading,
                 hit.text,
                 str(hit.document_id),
                 hit.position,
                 hit.language,
+                vectors.get(hit.chunk_id, ()),
             )
         )
     return out

@@ -325,6 +325,10 @@ def test_explain_prints_why_each_line_of_the_answer_was_chosen(
     assert any(line["section"] for line in lines)
     # "PJ" is found through the glossary: prestador de serviço pessoa jurídica.
     assert "jurid" in {s for line in lines for s in line["says"]}
+    # ... and what weighed most for it in the line model, printed under it.
+    assert all(line["features"] for line in lines)
+    name, value = lines[0]["features"][0]
+    assert f"line model: {name} {value:+.2f}" in why
 
 
 def test_without_explain_the_why_is_not_printed(small_kb: Any, tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from conversations.services import conversation_create, message_store_user
 from conversations.trace import read_trace, turn_flags
 from conversations.turn import turn_run
 from retrieval.models import GlossaryEntry
+from retrieval.pipeline.answer.line_model import FEATURES
 from tests.conftest import DEMO_KB, SMALL_KB
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -194,6 +195,9 @@ def test_an_answer_that_says_the_pages_dont_hold_it_is_on_the_panel_with_its_why
     assert check.kind == "extractive" and not check.not_found
     assert check.lines and all(line.n >= 1 and line.score > 0 for line in check.lines)
     assert any(line.says for line in check.lines)
+    # The line model's reasons: feature names it knows, never a document's words.
+    assert any(line.features for line in check.lines)
+    assert {name for line in check.lines for name, _ in line.features} <= set(FEATURES)
 
     assert [t.pk for t in attention_traces(TurnTrace.objects.all())] == [missing.pk]
     boss = User.objects.create_superuser("boss", password="pw-boss-123")
@@ -203,4 +207,4 @@ def test_an_answer_that_says_the_pages_dont_hold_it_is_on_the_panel_with_its_why
     timeline = client.get(
         reverse("admin:conversations_conversation_change", args=[answered.message.conversation_id])
     ).content.decode()
-    assert "Why these lines" in timeline
+    assert "Why these lines" in timeline and "what weighed most" in timeline

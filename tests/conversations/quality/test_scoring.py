@@ -224,6 +224,8 @@ def test_not_found_calibration_takes_the_largest_threshold_refusing_no_answerabl
     assert table[2]["facts_at_risk"] == 0.25 and table[2]["precision"] == 0.75
     assert not_found_threshold(table) == 0.1
     assert not_found_threshold(table, facts_budget=0.25) == 0.15
+    # Refusals must also be right often enough: .15's are right 3 times in 4.
+    assert not_found_threshold(table, facts_budget=0.25, min_precision=0.8) == 0.1
 
 
 def test_the_calibration_script_prints_the_table_and_the_threshold(tmp_path: Path) -> None:

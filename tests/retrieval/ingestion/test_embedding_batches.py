@@ -56,6 +56,8 @@ def test_ingestion_embeds_a_batch_at_a_time_and_stores_each_chunk_with_its_vecto
     settings: Any,
 ) -> None:
     settings.CHATRAG_EMBEDDING_BATCH = 2
+    # The passages' batches alone (the answer lines embedded with them: test_chunk_lines.py).
+    settings.CHATRAG_LINE_VECTORS = False
     embedder = RecordingEmbedder()
     collection = collection_get_or_create(slug="batched", name="batched")
     sources = [

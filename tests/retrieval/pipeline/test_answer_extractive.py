@@ -864,7 +864,7 @@ def test_a_long_procedures_single_step_shown_alone_is_a_bullet() -> None:
         "3. Envie a nota de débito e os comprovantes para fornecedores@lumen.example.",
         document="pj",
     )
-    text = _answer("o e-mail dos fornecedores pra nota de débito", passage)
+    text = _answer("qual o e-mail dos fornecedores?", passage)
     assert "fornecedores@lumen.example" in text
     assert not any(line[:2] in {"1.", "2.", "3."} for line in text.splitlines()), text
 
@@ -1055,48 +1055,6 @@ def test_a_page_that_says_none_of_the_persons_own_words_never_takes_the_answer_o
     assert "50% da mensalidade" in text and "manutenção" not in text
 
 
-THIRTEENTH = (
-    "O décimo terceiro salário é pago a colaboradores efetivos e jovens aprendizes em duas "
-    "parcelas. A primeira parcela, correspondente a 50% da remuneração do mês anterior, sem "
-    "descontos, é paga até 30 de novembro. O colaborador pode optar por receber a primeira "
-    "parcela junto com as férias, desde que solicite no portal de autoatendimento do "
-    "colaborador até 31 de janeiro do ano corrente e que as férias comecem entre fevereiro e "
-    "outubro; pedidos feitos depois de 31 de janeiro não são aceitos, e a parcela é paga em "
-    "novembro. A segunda parcela é paga até 20 de dezembro, com base na remuneração de "
-    "dezembro, descontados o imposto de renda, a contribuição previdenciária e o valor da "
-    "primeira parcela. Em caso de desligamento, o valor proporcional é pago na rescisão, "
-    "exceto na dispensa por justa causa. Estagiários não recebem décimo terceiro salário, "
-    "pois não têm vínculo empregatício.\n\nO informe com a composição do cálculo fica "
-    "disponível no portal em dezembro."
-)
-
-
-def test_a_line_that_says_none_of_the_question_answers_less_than_one_that_does(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Under "Décimo terceiro salário — parcelas e adiantamento nas férias" every line has
-    the title's words; a line that says none of the question's own ("O informe ... fica no
-    portal em dezembro") weighs SILENT_LINE of what the title alone would give it."""
-    from retrieval.pipeline.answer import extractive
-
-    title = "Décimo terceiro salário — parcelas e adiantamento nas férias"
-    page = Passage(1, title, "", THIRTEENTH, document="13", language="pt")
-    lines = extractive._lines(page, 0, "pt")
-    heading = extractive._stems(title, "pt")
-    terms = extractive._question_terms("13º dá pra adiantar nas férias?", [], None, "pt")
-    idf = extractive._idf(lines, None, 0, "pt")
-    silent = next(line for line in lines if line.text.startswith("O informe"))
-    saying = next(line for line in lines if "junto com as férias" in line.text)
-    factor = extractive.SILENT_LINE
-    assert factor < 1.0
-    scored = extractive._score(silent, terms, idf, "condition", heading)
-    monkeypatch.setattr(extractive, "SILENT_LINE", 1.0)
-    unscaled = extractive._score(silent, terms, idf, "condition", heading)
-    assert scored > 0 and scored == pytest.approx(factor * unscaled)
-    # A line that says "férias" is not touched.
-    assert extractive._score(saying, terms, idf, "condition", heading) > 0
-
-
 def test_a_condition_is_read_in_the_pages_language() -> None:
     """Portuguese "no" is "in the" ("no portal"), Spanish "se" a pronoun ("se paga"):
     neither states a condition; "pode"/"puede" state a permission."""
@@ -1285,14 +1243,14 @@ def test_the_answer_returns_its_lines_with_scores_and_the_words_they_say() -> No
     built = extractive_choice(
         question="qual o prazo do aviso prévio?",
         queries=[],
-        passages=[HOTEL, RESIGNATION],
+        passages=[RESIGNATION, HOTEL],
         language="pt",
     )
-    assert built.text == _answer("qual o prazo do aviso prévio?", HOTEL, RESIGNATION)
+    assert built.text == _answer("qual o prazo do aviso prévio?", RESIGNATION, HOTEL)
     first = built.lines[0]
     assert first.text == "O aviso prévio é de 30 dias." and first.number == 2
     assert first.document == "demissao" and first.heading == "Aviso prévio"
-    assert first.score > 0 and first.page_rank == 1
+    assert first.score > 0 and first.page_rank == 0
     assert {"aviso", "previ"} & set(first.says)
     assert 0 < built.coverage <= 1 and not built.not_found
 

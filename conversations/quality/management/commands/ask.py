@@ -196,8 +196,8 @@ def render_text(run: PlaygroundRun, *, explain: bool = False) -> str:
 
 
 def render_why(why: dict[str, Any]) -> list[str]:
-    """Why these lines: each chosen line's score, page, the question's words it says and
-    the section of its page it is in."""
+    """Why these lines: each chosen line's score, page, the question's words it says, the
+    section of its page it is in and the line model's features that weighed most."""
     verdict = "not found: the answer says so" if why["not_found"] else "answered"
     out = [f"=== Why these lines (covers {why['coverage']:.2f} of the question; {verdict}) ==="]
     out.append("  score  page  source  says · [section] line")
@@ -208,6 +208,9 @@ def render_why(why: dict[str, Any]) -> list[str]:
             f"  {line['score']:>5.2f}  {line['page_rank'] + 1:>4}  [{line['n']}]     "
             f"{says} · {section}{line['text'][:100]}"
         )
+        if line.get("features"):
+            weighed = ", ".join(f"{name} {value:+.2f}" for name, value in line["features"])
+            out.append(f"                        line model: {weighed}")
     out.append("")
     return out
 

@@ -146,7 +146,8 @@ class Command(BaseCommand):
         elif loaded.report:
             r = loaded.report
             self.stdout.write(
-                f"corpus: {r.chunks_embedded} chunks embedded in {r.seconds:.0f}s, "
+                f"corpus: {r.chunks_embedded} chunks and {r.lines_embedded} answer lines "
+                f"embedded in {r.seconds:.0f}s, "
                 f"{len(r.errors)} passages skipped"
             )
         model = chat_model()
