@@ -178,10 +178,8 @@ _FOUND: dict[str, str] = {
 }
 
 # Tuning, measured with `manage.py evaluate --answers` on ptes-dev and the demo tasks.
-SWITCH_RATIO = 1.1  # another document leads only when it fits this much better
 REFER_RATIO = 0.75  # a page the answering page sends the reader to, when it fits this well
 TOP_LINES = 2  # a document's fit is the mean of its best lines
-KEEP_RATIO = 0.5  # a line scoring under half the best one is filler
 MAX_LINES = 4
 LIST_ITEMS = 8  # items of a list that a chosen "... de:" line brings along
 WORD_BUDGET = 55  # words of the chosen lines beyond the first (steps blocks excepted)
@@ -1138,9 +1136,10 @@ def _claimed(
     line: _Line, fits: Mapping[_Key, float], others: Sequence[Mapping[_Key, float]]
 ) -> bool:
     """Whether another question of the message fits `line` better than this one does, and
-    well enough to answer with it (at least KEEP_RATIO of its best line)."""
+    well enough to answer with it (at least the line model's `keep` of its best line)."""
     key = _key(line)
-    return any(other.get(key, 0.0) > max(KEEP_RATIO, fits.get(key, 0.0)) for other in others)
+    keep = line_model().keep
+    return any(other.get(key, 0.0) > max(keep, fits.get(key, 0.0)) for other in others)
 
 
 def _part_order(order: Mapping[str, int], ranking: Sequence[str]) -> dict[str, int]:
@@ -1268,7 +1267,7 @@ def _primary_document(contest: _Contest, *, lead: str | None, firm_lead: bool) -
     # "plano" more often, and nothing of what is asked now).
     if primary not in fit or (
         lead is None
-        and fit[challenger] > SWITCH_RATIO * fit[primary]
+        and fit[challenger] > line_model().switch * fit[primary]
         and speaks[challenger] >= speaks[primary]
         and _says_own_words(by_document[challenger], terms)
     ):
@@ -1566,13 +1565,15 @@ def _document(passage: Passage) -> str:
 def _pick(
     items: list[tuple[float, _Line]], best: float, limit: int = MAX_LINES
 ) -> list[tuple[float, _Line]]:
-    """The best lines of one document, down to KEEP_RATIO of the best, within the budget."""
+    """The best lines of one document, down to the line model's `keep` share of the best,
+    within the budget."""
     ranked = sorted(items, key=lambda item: (-item[0], item[1].rank, item[1].order))
+    keep = line_model().keep
     picked: list[tuple[float, _Line]] = []
     words = 0
     seen: set[str] = set()
     for score, line in ranked:
-        if len(picked) >= limit or (picked and score < KEEP_RATIO * best):
+        if len(picked) >= limit or (picked and score < keep * best):
             break
         key = line.norm
         if key in seen:

@@ -68,6 +68,11 @@ class LineModel:
     # lines within a share of its best one, and the ranking loss alone makes the scores far
     # sharper than that share was set for. Fitted on whole answers (see the fitting script).
     temperature: float = 1.0
+    # A line under this share of its page's best line's score is left out of the answer.
+    keep: float = 0.5
+    # Another page takes the answer from the search's first when its best lines score this
+    # many times as much (a page's fit: the mean of its two best lines).
+    switch: float = 1.1
 
     def contributions(self, features: Mapping[str, float]) -> dict[str, float]:
         """What each feature adds to the line's linear score (its weight times its centred,
@@ -92,6 +97,8 @@ def model_from(data: Mapping[str, Any]) -> LineModel:
         means={k: float(v) for k, v in data.get("means", {}).items()},
         scales={k: float(v) for k, v in data.get("scales", {}).items()},
         temperature=float(data.get("temperature", 1.0)),
+        keep=float(data.get("keep", 0.5)),
+        switch=float(data.get("switch", 1.1)),
     )
 
 

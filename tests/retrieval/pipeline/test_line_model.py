@@ -115,3 +115,30 @@ def test_a_silent_line_scores_below_one_that_says_the_question() -> None:
     silent = next(line for line in lines if line.text.startswith("O informe"))
     saying = next(line for line in lines if "junto com as férias" in line.text)
     assert 0 < scores[id(silent)] < scores[id(saying)]
+
+
+def test_the_lines_kept_follow_the_fitted_share_of_the_best() -> None:
+    """`keep` is fitted with the weights: a line under that share of its page's best line's
+    score is left out."""
+    shipped = line_model()
+    question = "quanto é o desconto do vale-transporte?"
+
+    def quoted(keep: float) -> int:
+        model = model_from(
+            {
+                "weights": dict(shipped.weights),
+                "bias": shipped.bias,
+                "means": dict(shipped.means),
+                "scales": dict(shipped.scales),
+                "temperature": shipped.temperature,
+                "keep": keep,
+            }
+        )
+        with using_line_model(model):
+            answer = extractive_choice(
+                question=question, queries=[question], passages=[PAGE], language="pt"
+            )
+        return len(answer.lines)
+
+    assert quoted(0.999) == 1
+    assert quoted(0.0) > 1
