@@ -525,19 +525,13 @@ def test_a_question_the_pages_do_not_answer_says_so_and_staff_see_why(
         staff.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 35, open: a line is a candidate only when a searched word leads to it (its "
-    "own words, its title or heading); the card page's Portuguese line shares no word with "
-    "the English question, so the semantic feature never weighs it, and the meal-voucher "
-    "lines that say 'crédito' answer. Admitting every line with a vector lost facts on every "
-    "set (fit .728 -> .713 at 80 words, ptes-aurora .565 -> .536).",
-)
 def test_an_english_question_over_portuguese_pages_answers_from_the_right_line(
     page: Page, live_url: str
 ) -> None:
-    """Issue 35: the demo's pages are Portuguese; asked in English, the answer should quote
-    the corporate card page's lost-or-stolen line, not a line that shares a word."""
+    """Issue 35: the demo's pages are Portuguese; asked in English, the answer quotes the
+    corporate card page's lost-or-stolen line, which shares no word with the question (a
+    page in another language than the question is read by its lines' meaning), not the
+    meal-voucher lines that say "crédito"."""
     login(page, live_url, "ana")
     turn = ask(page, "how do I report a lost company credit card?")
     answer = turn.locator('[data-slot="answer"]')

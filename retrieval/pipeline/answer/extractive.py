@@ -573,22 +573,24 @@ def _line_features(
 
 def _add_semantic(
     lines: Sequence[_Line], rows: Sequence[dict[str, float]], vectors: Mapping[str, Sequence[float]]
-) -> None:
+) -> set[int]:
     """Each line's `semantic` (its best cosine with the searched queries) and `semantic_gap`
     (how far below the answer's best line's it is). A line without a stored vector (none
     from before the line vectors, or past a chunk's limit) counts as the answer's mean, so
-    that it is neither lifted nor sunk by what was not measured."""
+    that it is neither lifted nor sunk by what was not measured. Returns the identities of
+    the lines measured."""
     if not vectors:
-        return
+        return set()
     found = [line_similarity(line.text, line.passage, vectors) for line in lines]
     known = [value for value in found if value is not None]
     if not known:
-        return
+        return set()
     mean = sum(known) / len(known)
     best = max(known)
     for row, value in zip(rows, found, strict=True):
         row["semantic"] = mean if value is None else value
         row["semantic_gap"] = best - row["semantic"]
+    return {id(line) for line, value in zip(lines, found, strict=True) if value is not None}
 
 
 def _relevant(line: _Line, terms: Mapping[str, float], heading_stems: frozenset[str]) -> bool:
@@ -609,9 +611,11 @@ def _scores(
     cases: Mapping[str, frozenset[str]] | None = None,
     reasons: dict[int, Mapping[str, float]] | None = None,
     vectors: Mapping[str, Sequence[float]] | None = None,
+    language: str | None = None,
 ) -> dict[int, float]:
-    """Every line's score for one question, by the line's identity: the line model's score
-    (0 for a line no searched word leads to). `reasons`, when given, receives each scored
+    """Every line's score for one question (in `language`), by the line's identity: the
+    line model's score (0 for a line no searched word leads to, on a page in the question's
+    language). `reasons`, when given, receives each scored
     line's feature contributions (`LineModel.contributions`). `vectors`: the searched
     queries' vectors, which with the passages' stored line vectors give `semantic`."""
     rows = [
@@ -630,12 +634,18 @@ def _scores(
     # country, abroad for home) is no candidate while a line that is not answers.
     other = {id(line) for line in lines if cases and _other_case(line, cases)}
     best_own = max((r["own_line"] for r in rows), default=0.0) or 1.0
-    _add_semantic(lines, rows, vectors or {})
+    measured = _add_semantic(lines, rows, vectors or {})
     model = line_model()
     out: dict[int, float] = {}
+    relevant_of: dict[int, bool] = {}
     for line, row in zip(lines, rows, strict=True):
         row["relative_own"] = row["own_line"] / best_own
-        relevant = _relevant(line, terms, context[id(line.passage)])
+        relevant = _relevant(line, terms, context[id(line.passage)]) or (
+            # A page in another language than the question shares no words with it: its
+            # lines are weighed by their meaning (an English question over Portuguese pages).
+            id(line) in measured and line.passage.language not in ("", language or "")
+        )
+        relevant_of[id(line)] = relevant
         out[id(line)] = model.score(row) if relevant else 0.0
         if reasons is not None and relevant:
             reasons[id(line)] = model.contributions(row)
@@ -649,7 +659,7 @@ def _scores(
                     "text": line.text,
                     "document": _document(line.passage),
                     "rank": line.rank,
-                    "relevant": _relevant(line, terms, context[id(line.passage)]),
+                    "relevant": relevant_of[id(line)],
                     "score": out[id(line)],
                     "features": row,
                 }
@@ -1088,6 +1098,7 @@ def _answer_parts(
             cases=_cases(text),
             reasons=reasons,
             vectors=vectors,
+            language=language,
         )
         fit = _relative_fit(scores, part_lines)
         lead = min(own, key=own.__getitem__)
@@ -1355,6 +1366,7 @@ def _choose(
             cases=cases,
             reasons=reasons,
             vectors=vectors,
+            language=language,
         )
     every = [(scores[id(line)], line) for line in lines]
     scored = _scored_or_first(every, lines)

@@ -142,3 +142,40 @@ def test_the_lines_kept_follow_the_fitted_share_of_the_best() -> None:
 
     assert quoted(0.999) == 1
     assert quoted(0.0) > 1
+
+
+def _unit(*values: float) -> tuple[float, ...]:
+    norm = sum(v * v for v in values) ** 0.5
+    return tuple(v / norm for v in values)
+
+
+def test_a_page_in_another_language_is_read_by_its_lines_meaning() -> None:
+    """An English question shares no word with a Portuguese page's lines: with stored line
+    vectors, those lines are candidates all the same, weighed by their meaning; on a page in
+    the question's own language a line no searched word leads to stays out."""
+    lost = "Perda ou roubo: bloqueie no aplicativo do banco e avise em até 24 horas."
+    other = "O crédito é feito no cartão no penúltimo dia útil do mês."
+    vectors = ((lost, _unit(1.0, 0.1, 0.0)), (other, _unit(0.1, 1.0, 0.0)))
+    question = "how do I report a lost card?"
+    queries = {question: _unit(1.0, 0.0, 0.0)}
+
+    def candidates(language: str) -> list[Candidate]:
+        page = Passage(
+            1, "Cartão corporativo", "", f"{lost}\n{other}", document="cartao",
+            language=language, line_vectors=vectors,
+        )  # fmt: skip
+        seen: list[Candidate] = []
+        with record_candidates(seen.extend):
+            extractive_choice(
+                question=question,
+                queries=[question],
+                passages=[page],
+                language="en",
+                query_vectors=queries,
+            )
+        return seen
+
+    across = {c["text"]: c for c in candidates("pt")}
+    assert across[lost]["relevant"] and across[lost]["score"] > across[other]["score"]
+    same = {c["text"]: c for c in candidates("en")}
+    assert not same[lost]["relevant"] and same[lost]["score"] == 0.0
