@@ -424,14 +424,7 @@ def _job_stale(job: IngestionJob, now: datetime) -> tuple[str, str | None] | Non
 
     A split job whose parts are all waiting for a worker is not stale, like a queued job.
     """
-    report = job.report if isinstance(job.report, dict) else {}
-    parts = report.get("parts")
-    workers = (
-        [p.get("worker") for p in parts if p.get("status") == "running"]
-        if isinstance(parts, list)
-        else [report.get("worker")]
-    )
-    for worker in workers:
+    for worker in _running_workers(job):
         reason = _stale_reason(worker, now)
         if reason is not None:
             reading = worker.get("reading") if isinstance(worker, dict) else None
@@ -477,16 +470,18 @@ def ingestion_job_lost(*, job_id: str, exception: BaseException) -> IngestionJob
     return _job_fail_stopped(job, reason=reason, reading=reading, now=now)
 
 
-def _job_reading(job: IngestionJob) -> str | None:
-    """The file a running job (or one of its running parts) was reading, if any."""
+def _running_workers(job: IngestionJob) -> list[Any]:
+    """The worker records of a running job: its own, or those of its running parts."""
     report = job.report if isinstance(job.report, dict) else {}
     parts = report.get("parts")
-    workers = (
-        [p.get("worker") for p in parts if p.get("status") == "running"]
-        if isinstance(parts, list)
-        else [report.get("worker")]
-    )
-    for worker in workers:
+    if isinstance(parts, list):
+        return [p.get("worker") for p in parts if p.get("status") == "running"]
+    return [report.get("worker")]
+
+
+def _job_reading(job: IngestionJob) -> str | None:
+    """The file a running job (or one of its running parts) was reading, if any."""
+    for worker in _running_workers(job):
         if isinstance(worker, dict) and worker.get("reading"):
             return str(worker["reading"])
     return None
