@@ -30,24 +30,14 @@ import django  # noqa: E402
 django.setup()
 
 from conversations.quality.datasets import (  # noqa: E402
-    evaluation_collection_load,
-    glossary_load,
+    development_collection_load,
+    development_sets,
     tasks_load,
 )
 from conversations.quality.evaluate import evaluate_mode  # noqa: E402
 from retrieval.embeddings import get_embedder  # noqa: E402
 
-SHARED = ROOT.parent / "shared" / "data"
-SETS = {
-    "ptes-dev": (SHARED / "ptes-dev/corpus.jsonl", SHARED / "ptes-dev/tasks.jsonl"),
-    "ptes-aurora": (SHARED / "ptes-aurora/corpus.jsonl", SHARED / "ptes-aurora/tasks.jsonl"),
-    "demo": (ROOT / "demo/kb", ROOT / "demo/eval/tasks.jsonl"),
-}
-GLOSSARIES = {
-    "ptes-dev": SHARED / "ptes-dev/glossary.json",
-    "ptes-aurora": SHARED / "ptes-aurora/glossary.json",
-    "demo": ROOT / "demo/glossary.json",
-}
+SETS = development_sets(ROOT)
 TOP = 5
 
 
@@ -77,16 +67,10 @@ def _turn(row: dict[str, Any], rewrite: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _run(name: str) -> list[dict[str, Any]]:
-    corpus, tasks_path = SETS[name]
-    loaded = await asyncio.to_thread(
-        evaluation_collection_load,
-        corpus=corpus,
-        embedder=get_embedder(),
-        glossary=glossary_load(GLOSSARIES[name]),
-    )
+    loaded = await asyncio.to_thread(development_collection_load, SETS[name], get_embedder())
     rewrites: list[dict[str, Any]] = []
     report = await evaluate_mode(
-        tasks=tasks_load(tasks_path),
+        tasks=tasks_load(SETS[name].tasks),
         collection=loaded.collection,
         mode="rules",
         ks=[5, 10],

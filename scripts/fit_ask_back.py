@@ -32,8 +32,8 @@ import django  # noqa: E402
 django.setup()
 
 from conversations.quality.datasets import (  # noqa: E402
-    evaluation_collection_load,
-    glossary_load,
+    development_collection_load,
+    development_sets,
     tasks_load,
 )
 from conversations.quality.evaluate import evaluate_mode  # noqa: E402
@@ -41,15 +41,7 @@ from conversations.quality.scoring import clarification_scores  # noqa: E402
 from retrieval.embeddings import get_embedder  # noqa: E402
 from retrieval.pipeline.tuning import DEFAULT_TUNING, Tuning  # noqa: E402
 
-SHARED = ROOT.parent / "shared" / "data"
-SETS = {
-    "ptes-dev": (
-        SHARED / "ptes-dev/corpus.jsonl",
-        SHARED / "ptes-dev/tasks.jsonl",
-        SHARED / "ptes-dev/glossary.json",
-    ),
-    "demo": (ROOT / "demo/kb", ROOT / "demo/eval/tasks.jsonl", ROOT / "demo/glossary.json"),
-}
+SETS = development_sets(ROOT)
 GRID = {
     "short_question_terms": (3, 4, 5),
     "clarify_depth": (3, 4),
@@ -59,7 +51,7 @@ GRID = {
 
 async def _rows(name: str, collection: Any, tuning: Tuning) -> list[dict[str, Any]]:
     report = await evaluate_mode(
-        tasks=tasks_load(SETS[name][1]),
+        tasks=tasks_load(SETS[name].tasks),
         collection=collection,
         mode="rules",
         ks=[5, 10],
@@ -72,13 +64,8 @@ async def _rows(name: str, collection: Any, tuning: Tuning) -> list[dict[str, An
 
 async def _collections() -> dict[str, Any]:
     out = {}
-    for name, (corpus, _, glossary) in SETS.items():
-        loaded = await asyncio.to_thread(
-            evaluation_collection_load,
-            corpus=corpus,
-            embedder=get_embedder(),
-            glossary=glossary_load(glossary),
-        )
+    for name, dev in SETS.items():
+        loaded = await asyncio.to_thread(development_collection_load, dev, get_embedder())
         out[name] = loaded.collection
     return out
 

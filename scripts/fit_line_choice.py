@@ -38,8 +38,8 @@ django.setup()
 import numpy as np  # noqa: E402
 
 from conversations.quality.datasets import (  # noqa: E402
-    evaluation_collection_load,
-    glossary_load,
+    development_collection_load,
+    development_sets,
     tasks_load,
 )
 from conversations.quality.evaluate import evaluate_mode  # noqa: E402
@@ -60,13 +60,7 @@ from retrieval.pipeline.answer.line_model import (  # noqa: E402
     using_line_model,
 )
 
-SHARED = ROOT.parent / "shared" / "data"
-SETS = {
-    "ptes-dev": (SHARED / "ptes-dev", SHARED / "ptes-dev/tasks.jsonl"),
-    "ptes-aurora": (SHARED / "ptes-aurora", SHARED / "ptes-aurora/tasks.jsonl"),
-    "demo": (ROOT / "demo", ROOT / "demo/eval/tasks.jsonl"),
-}
-CORPORA = {"ptes-dev": "corpus.jsonl", "ptes-aurora": "corpus.jsonl", "demo": "kb"}
+SETS = development_sets(ROOT)
 PENALTIES = (0.1, 0.3, 1.0)
 TEMPERATURES = (3.0, 5.0, 8.0, 12.0)
 # Then, at the chosen temperature, the share of the best line a line must reach to be kept
@@ -89,14 +83,7 @@ def conversation_of(raw: dict[str, Any]) -> str:
 
 
 async def _collection(name: str) -> Any:
-    folder, _tasks = SETS[name]
-    glossary = folder / "glossary.json"
-    loaded = await asyncio.to_thread(
-        evaluation_collection_load,
-        corpus=folder / CORPORA[name],
-        embedder=get_embedder(),
-        glossary=glossary_load(glossary) if glossary.exists() else (),
-    )
+    loaded = await asyncio.to_thread(development_collection_load, SETS[name], get_embedder())
     return loaded.collection
 
 
@@ -105,7 +92,7 @@ async def _answers(name: str) -> tuple[float, float, float]:
     recall, median words (of the judged turns)."""
     rows = (
         await evaluate_mode(
-            tasks=tasks_load(SETS[name][1]),
+            tasks=tasks_load(SETS[name].tasks),
             collection=await _collection(name),
             mode="rules",
             ks=[5],
@@ -124,7 +111,7 @@ async def _answers(name: str) -> tuple[float, float, float]:
 
 async def _record(name: str) -> list[dict[str, Any]]:
     """Every question's candidate lines, labelled, for one set's judged turns."""
-    _folder, tasks_path = SETS[name]
+    tasks_path = SETS[name].tasks
     raw = [json.loads(line) for line in tasks_path.read_text(encoding="utf-8").splitlines()]
     by_id = {r["id"]: r for r in raw}
     collection = await _collection(name)

@@ -288,3 +288,41 @@ def glossary_load(path: Path | None) -> list[GlossaryValue]:
         raise EvaluationInputError(f"{path}: cannot read glossary ({exc})") from exc
     except ValueError as exc:
         raise EvaluationInputError(f"{path}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class DevelopmentSet:
+    """A judged development set: its corpus (a JSONL file or a folder), tasks and glossary."""
+
+    corpus: Path
+    tasks: Path
+    glossary: Path
+
+
+def development_sets(root: Path) -> dict[str, DevelopmentSet]:
+    """The judged development sets the fitting and checking scripts read, by name: the two
+    of `../shared/data` beside the repository `root` and the demo's own."""
+    shared = root.parent / "shared" / "data"
+    sets = {
+        name: DevelopmentSet(
+            corpus=shared / name / "corpus.jsonl",
+            tasks=shared / name / "tasks.jsonl",
+            glossary=shared / name / "glossary.json",
+        )
+        for name in ("ptes-dev", "ptes-aurora")
+    }
+    sets["demo"] = DevelopmentSet(
+        corpus=root / "demo" / "kb",
+        tasks=root / "demo" / "eval" / "tasks.jsonl",
+        glossary=root / "demo" / "glossary.json",
+    )
+    return sets
+
+
+def development_collection_load(dev: DevelopmentSet, embedder: Embedder) -> LoadedCorpus:
+    """A development set's corpus in its evaluation collection, with its glossary."""
+    return evaluation_collection_load(
+        corpus=dev.corpus,
+        embedder=embedder,
+        glossary=glossary_load(dev.glossary) if dev.glossary.exists() else (),
+    )
